@@ -1,0 +1,43 @@
+// Host-side validation of params structs (CUTLASS's can_implement), shared by every launcher.
+// The safe Rust wrappers check the same things first and give typed errors; this is the last
+// line for C callers. It checks only what the host can see: device-side indices (slots,
+// cu_seqlens) are checked by the kernels themselves.
+#pragma once
+
+#include <stdint.h>
+
+#include "replayssm/replayssm.h"
+
+namespace rssm {
+
+// Head dims the kernels are compiled for: K = 32 * EPL.
+inline bool supported_head_dim(int32_t k) { return k == 32 || k == 64 || k == 128 || k == 256; }
+
+inline bool aligned(const void *p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
+
+inline rssm_status recurrent_can_implement(const rssm_recurrent_params *p, bool vector_aligned) {
+  if (!p) return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->batch < 1 || p->num_tokens < 0 || p->max_seqlen < 1 || p->num_slots < 1 || p->H < 1 || p->HV < 1 ||
+      p->K < 1 || p->V < 1 || p->HV % p->H != 0 || p->batch > 65535 || p->HV > 65535)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->dtype < RSSM_DTYPE_F32 || p->dtype > RSSM_DTYPE_BF16) return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->variant != RSSM_VARIANT_GDN && p->variant != RSSM_VARIANT_KDA) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!p->q || !p->k || !p->v || !p->o || !p->cu_seqlens || !p->slots || !p->state) return RSSM_ERR_INVALID_ARGUMENT;
+  const bool raw = p->a || p->b || p->A_log || p->dt_bias;
+  const bool pre = p->g || p->beta;
+  if (raw == pre) return RSSM_ERR_INVALID_ARGUMENT;  // exactly one gate form
+  if (raw && (!p->a || !p->b || !p->A_log || !p->dt_bias)) return RSSM_ERR_INVALID_ARGUMENT;
+  if (pre && (!p->g || !p->beta)) return RSSM_ERR_INVALID_ARGUMENT;
+  const int64_t gate_row = p->variant == RSSM_VARIANT_KDA ? int64_t(p->HV) * p->K : p->HV;
+  if (p->q_stride < int64_t(p->H) * p->K || p->k_stride < int64_t(p->H) * p->K ||
+      p->v_stride < int64_t(p->HV) * p->V || p->o_stride < int64_t(p->HV) * p->V)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (raw && (p->a_stride < gate_row || p->b_stride < p->HV)) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!(p->scale == p->scale) || p->scale > 3.4e38f || p->scale < -3.4e38f) return RSSM_ERR_INVALID_ARGUMENT;
+  if (vector_aligned && (!aligned(p->state, 16) || (p->snapshots && !aligned(p->snapshots, 16))))
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (!supported_head_dim(p->K)) return RSSM_ERR_UNSUPPORTED;
+  return RSSM_OK;
+}
+
+}  // namespace rssm

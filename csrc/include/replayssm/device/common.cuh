@@ -1,0 +1,86 @@
+// Device helpers shared by every kernel: dtype conversion, vector loads, warp reductions.
+#pragma once
+
+#include <stdint.h>
+
+#include "replayssm/device/compat.cuh"
+
+namespace rssm {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarpSize = 32;
+
+template <class T> __device__ __forceinline__ float to_float(T x);
+template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+
+// N consecutive floats. Under CUDA the widest aligned vector load: the launcher guarantees 16-byte
+// aligned bases and every lane's chunk starts at a multiple of N floats.
+template <int N> __device__ __forceinline__ void load_f32(const float *__restrict__ p, float (&x)[N]) {
+#if defined(RSSM_EMULATION)
+  std::memcpy(x, p, sizeof x);
+#else
+  if constexpr (N % 4 == 0) {
+    RSSM_UNROLL
+    for (int i = 0; i < N / 4; ++i) {
+      const float4 t = reinterpret_cast<const float4 *>(p)[i];
+      x[4 * i] = t.x, x[4 * i + 1] = t.y, x[4 * i + 2] = t.z, x[4 * i + 3] = t.w;
+    }
+  } else if constexpr (N % 2 == 0) {
+    RSSM_UNROLL
+    for (int i = 0; i < N / 2; ++i) {
+      const float2 t = reinterpret_cast<const float2 *>(p)[i];
+      x[2 * i] = t.x, x[2 * i + 1] = t.y;
+    }
+  } else {
+    RSSM_UNROLL
+    for (int i = 0; i < N; ++i) x[i] = p[i];
+  }
+#endif
+}
+
+template <int N> __device__ __forceinline__ void store_f32(float *__restrict__ p, const float (&x)[N]) {
+#if defined(RSSM_EMULATION)
+  std::memcpy(p, x, sizeof x);
+#else
+  if constexpr (N % 4 == 0) {
+    RSSM_UNROLL
+    for (int i = 0; i < N / 4; ++i)
+      reinterpret_cast<float4 *>(p)[i] = make_float4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]);
+  } else if constexpr (N % 2 == 0) {
+    RSSM_UNROLL
+    for (int i = 0; i < N / 2; ++i) reinterpret_cast<float2 *>(p)[i] = make_float2(x[2 * i], x[2 * i + 1]);
+  } else {
+    RSSM_UNROLL
+    for (int i = 0; i < N; ++i) p[i] = x[i];
+  }
+#endif
+}
+
+template <class Act, int N> __device__ __forceinline__ void load_act(const Act *__restrict__ p, float (&x)[N]) {
+  RSSM_UNROLL
+  for (int i = 0; i < N; ++i) x[i] = to_float(p[i]);
+}
+
+// Butterfly sum of N independent values across the warp. Every lane ends with the same bits
+// (float addition is commutative), and the tree is fixed: the fold, the replay and the recurrent
+// kernel all reduce through here, which is what makes their states bit-identical.
+template <int N> __device__ __forceinline__ void warp_sum(float (&x)[N]) {
+  RSSM_UNROLL
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    RSSM_UNROLL
+    for (int i = 0; i < N; ++i) x[i] += __shfl_xor_sync(kFullMask, x[i], offset);
+  }
+}
+
+__device__ __forceinline__ void report_device_error(uint32_t *error_word, uint32_t bit) {
+  if (error_word) atomicOr(reinterpret_cast<unsigned *>(error_word), bit);
+}
+
+}  // namespace rssm

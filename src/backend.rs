@@ -1,0 +1,61 @@
+//! Where a kernel runs: the Rust reference, the SIMT emulator, or a CUDA device.
+
+use crate::cuda;
+
+/// The implementation that executes a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Plain Rust, f32, in the exact operation order of SPEC §3 (the "naive" baseline of §6).
+    Reference,
+    /// The CUDA kernel source compiled for the CPU against the SIMT emulator.
+    Emulated,
+    /// The CUDA kernel on the first CUDA device.
+    Cuda,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 3] = [Backend::Reference, Backend::Emulated, Backend::Cuda];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Reference => "reference",
+            Backend::Emulated => "emulated",
+            Backend::Cuda => "cuda",
+        }
+    }
+
+    /// `Ok` if this backend can run here, else why not.
+    pub fn availability(self) -> Result<(), String> {
+        match self {
+            Backend::Reference | Backend::Emulated => Ok(()),
+            Backend::Cuda => cuda::device().map(|_| ()),
+        }
+    }
+
+    /// Cuda when a device is usable, else Emulated.
+    pub fn best() -> Backend {
+        if Backend::Cuda.availability().is_ok() {
+            Backend::Cuda
+        } else {
+            Backend::Emulated
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "reference" => Ok(Backend::Reference),
+            "emulated" | "emu" => Ok(Backend::Emulated),
+            "cuda" => Ok(Backend::Cuda),
+            _ => Err(format!("unknown backend '{s}' (expected reference, emulated or cuda)")),
+        }
+    }
+}

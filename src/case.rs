@@ -1,0 +1,400 @@
+//! Case files (`replayssm-case/1`, SPEC §7): one safetensors file per case with inputs and the
+//! expected outputs, run on any backend and judged by the §6 rule with the file's tolerances.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+
+use crate::backend::Backend;
+use crate::dtype::{bytes_of, ActBuffer, DType};
+use crate::numerics::{compare, Comparison, Tolerance};
+use crate::problem::{HeadDims, Variant};
+use crate::recurrent::{recurrent, RecurrentOutputs};
+use crate::workload::{GateData, RecurrentData};
+
+pub const FORMAT: &str = "replayssm-case/1";
+
+/// Operations a case can describe (SPEC §7); this build runs `recurrent`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Recurrent,
+    Verify,
+    Fold,
+    Decode,
+    VerifyTree,
+    FoldTree,
+}
+
+impl Op {
+    fn parse(s: &str) -> Option<Op> {
+        Some(match s {
+            "recurrent" => Op::Recurrent,
+            "verify" => Op::Verify,
+            "fold" => Op::Fold,
+            "decode" => Op::Decode,
+            "verify_tree" => Op::VerifyTree,
+            "fold_tree" => Op::FoldTree,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Recurrent => "recurrent",
+            Op::Verify => "verify",
+            Op::Fold => "fold",
+            Op::Decode => "decode",
+            Op::VerifyTree => "verify_tree",
+            Op::FoldTree => "fold_tree",
+        }
+    }
+}
+
+/// Why a case file could not be used. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseError {
+    #[error("{path}: cannot read: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: not a safetensors file: {msg}")]
+    NotSafetensors { path: PathBuf, msg: String },
+    #[error("{path}: format is {found:?}, this build reads \"{FORMAT}\"")]
+    Format { path: PathBuf, found: Option<String> },
+    #[error("{path}: metadata key '{key}': {msg}")]
+    Metadata { path: PathBuf, key: &'static str, msg: String },
+    #[error("{path}: missing tensor '{name}'")]
+    MissingTensor { path: PathBuf, name: &'static str },
+    #[error("{path}: tensor '{name}': {msg}")]
+    BadTensor { path: PathBuf, name: &'static str, msg: String },
+    #[error("{path}: op '{op}' is not supported by this build (it runs: recurrent)")]
+    UnsupportedOp { path: PathBuf, op: String },
+    #[error("{path}: {source}")]
+    Run { path: PathBuf, source: crate::Error },
+}
+
+/// A loaded case: the inputs as a workload (the pool holds one slot per request, request r in
+/// slot r) and the expected tensors.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub path: PathBuf,
+    pub op: Op,
+    pub tolerance: Tolerance,
+    pub data: RecurrentData,
+    pub expected_o: Vec<f32>,
+    pub expected_state: Vec<f32>,
+}
+
+/// Per-tensor comparisons of one run.
+#[derive(Clone, Debug)]
+pub struct CaseReport {
+    pub o: Comparison,
+    pub state_out: Comparison,
+}
+
+impl CaseReport {
+    pub fn passed(&self) -> bool {
+        self.o.passed() && self.state_out.passed()
+    }
+    pub fn max_err(&self) -> f64 {
+        self.o.max_abs_err.max(self.state_out.max_abs_err)
+    }
+}
+
+struct Reader<'a> {
+    path: &'a Path,
+    st: SafeTensors<'a>,
+}
+
+impl Reader<'_> {
+    fn has(&self, name: &str) -> bool {
+        self.st.names().iter().any(|n| n.as_str() == name)
+    }
+
+    fn tensor(&self, name: &'static str) -> Result<TensorView<'_>, CaseError> {
+        self.st.tensor(name).map_err(|_| CaseError::MissingTensor {
+            path: self.path.to_path_buf(),
+            name,
+        })
+    }
+
+    fn bad(&self, name: &'static str, msg: String) -> CaseError {
+        CaseError::BadTensor {
+            path: self.path.to_path_buf(),
+            name,
+            msg,
+        }
+    }
+
+    /// Checks the shape (`None` = any extent) and returns it.
+    fn shape(&self, name: &'static str, t: &TensorView<'_>, expected: &[Option<usize>]) -> Result<Vec<usize>, CaseError> {
+        let s = t.shape().to_vec();
+        let ok = s.len() == expected.len() && s.iter().zip(expected).all(|(a, e)| e.is_none_or(|e| e == *a));
+        if !ok {
+            let want: Vec<String> = expected
+                .iter()
+                .map(|e| e.map_or("_".to_string(), |v| v.to_string()))
+                .collect();
+            return Err(self.bad(name, format!("shape {s:?}, expected [{}]", want.join(", "))));
+        }
+        Ok(s)
+    }
+
+    fn f32s(&self, name: &'static str, expected: &[Option<usize>]) -> Result<Vec<f32>, CaseError> {
+        let t = self.tensor(name)?;
+        self.shape(name, &t, expected)?;
+        if t.dtype() != Dtype::F32 {
+            return Err(self.bad(name, format!("dtype {:?}, expected F32", t.dtype())));
+        }
+        Ok(t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    fn i32s(&self, name: &'static str, expected: &[Option<usize>]) -> Result<Vec<i32>, CaseError> {
+        let t = self.tensor(name)?;
+        self.shape(name, &t, expected)?;
+        if t.dtype() != Dtype::I32 {
+            return Err(self.bad(name, format!("dtype {:?}, expected I32", t.dtype())));
+        }
+        Ok(t.data().chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    fn act(&self, name: &'static str, expected: &[Option<usize>], dtype: Option<DType>) -> Result<(ActBuffer, Vec<usize>), CaseError> {
+        let t = self.tensor(name)?;
+        let shape = self.shape(name, &t, expected)?;
+        let got = match t.dtype() {
+            Dtype::F32 => DType::F32,
+            Dtype::F16 => DType::F16,
+            Dtype::BF16 => DType::BF16,
+            other => return Err(self.bad(name, format!("dtype {other:?}, expected BF16, F16 or F32"))),
+        };
+        if let Some(d) = dtype {
+            if d != got {
+                return Err(self.bad(name, format!("dtype {got}, but q is {d}")));
+            }
+        }
+        let data = t.data();
+        let buf = match got {
+            DType::F32 => ActBuffer::F32(data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+            DType::F16 => ActBuffer::F16(data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]])).collect()),
+            DType::BF16 => ActBuffer::BF16(data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]])).collect()),
+        };
+        Ok((buf, shape))
+    }
+}
+
+fn meta<'m>(path: &Path, m: &'m HashMap<String, String>, key: &'static str) -> Result<&'m str, CaseError> {
+    m.get(key).map(String::as_str).ok_or_else(|| CaseError::Metadata {
+        path: path.to_path_buf(),
+        key,
+        msg: "missing".into(),
+    })
+}
+
+fn meta_parse<T: std::str::FromStr>(path: &Path, m: &HashMap<String, String>, key: &'static str) -> Result<T, CaseError> {
+    let s = meta(path, m, key)?;
+    s.parse().map_err(|_| CaseError::Metadata {
+        path: path.to_path_buf(),
+        key,
+        msg: format!("cannot parse '{s}'"),
+    })
+}
+
+/// Reads and checks a case file.
+pub fn load(path: &Path) -> Result<Case, CaseError> {
+    let bytes = std::fs::read(path).map_err(|source| CaseError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let not_st = |e: safetensors::SafeTensorError| CaseError::NotSafetensors {
+        path: path.to_path_buf(),
+        msg: format!("{e:?}"),
+    };
+    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(not_st)?;
+    let m = header.metadata().clone().unwrap_or_default();
+    let format = m.get("format").cloned();
+    if format.as_deref() != Some(FORMAT) {
+        return Err(CaseError::Format {
+            path: path.to_path_buf(),
+            found: format,
+        });
+    }
+    let op_name = meta(path, &m, "op")?;
+    let op = Op::parse(op_name).ok_or_else(|| CaseError::Metadata {
+        path: path.to_path_buf(),
+        key: "op",
+        msg: format!("unknown op '{op_name}'"),
+    })?;
+    if op != Op::Recurrent {
+        return Err(CaseError::UnsupportedOp {
+            path: path.to_path_buf(),
+            op: op_name.to_string(),
+        });
+    }
+    let variant: Variant = meta_parse::<String>(path, &m, "variant")?
+        .parse()
+        .map_err(|msg| CaseError::Metadata {
+            path: path.to_path_buf(),
+            key: "variant",
+            msg,
+        })?;
+    let scale: f32 = meta_parse(path, &m, "scale")?;
+    let qk_l2norm: bool = meta_parse(path, &m, "qk_l2norm")?;
+    let tolerance = Tolerance {
+        atol: meta_parse(path, &m, "atol")?,
+        rtol: meta_parse(path, &m, "rtol")?,
+    };
+
+    let st = SafeTensors::deserialize(&bytes).map_err(not_st)?;
+    let r = Reader { path, st };
+    let (q, qs) = r.act("q", &[None, None, None], None)?;
+    let dtype = q.dtype();
+    let (n, h, kd) = (qs[0], qs[1], qs[2]);
+    let (k, _) = r.act("k", &[Some(n), Some(h), Some(kd)], Some(dtype))?;
+    let (v, vs) = r.act("v", &[Some(n), None, None], Some(dtype))?;
+    let (hv, vd) = (vs[1], vs[2]);
+    let dims = HeadDims { h, hv, k: kd, v: vd };
+    dims.validate().map_err(|e| r.bad("v", e.to_string()))?;
+    let gw = dims.gate_width(variant);
+    let gate_shape: Vec<Option<usize>> = match variant {
+        Variant::Gdn => vec![Some(n), Some(hv)],
+        Variant::Kda => vec![Some(n), Some(hv), Some(kd)],
+    };
+    let gate = if r.has("g") || r.has("beta") {
+        GateData::Precomputed {
+            g: r.f32s("g", &gate_shape)?,
+            beta: r.f32s("beta", &[Some(n), Some(hv)])?,
+        }
+    } else {
+        let dt_shape: Vec<Option<usize>> = if gw == 1 { vec![Some(hv)] } else { vec![Some(hv), Some(kd)] };
+        GateData::Raw {
+            a: r.act("a", &gate_shape, Some(dtype))?.0,
+            b: r.act("b", &[Some(n), Some(hv)], Some(dtype))?.0,
+            a_log: r.f32s("A_log", &[Some(hv)])?,
+            dt_bias: r.f32s("dt_bias", &dt_shape)?,
+        }
+    };
+    let cu_seqlens = r.i32s("cu_seqlens", &[None])?;
+    let requests = cu_seqlens.len().saturating_sub(1);
+    if requests == 0 {
+        return Err(r.bad("cu_seqlens", "needs at least 2 entries".into()));
+    }
+    let state_shape = [Some(requests), Some(hv), Some(vd), Some(kd)];
+    let state = r.f32s("state_in", &state_shape)?;
+    let expected_o = r.f32s("o", &[Some(n), Some(hv), Some(vd)])?;
+    let expected_state = r.f32s("state_out", &state_shape)?;
+    Ok(Case {
+        path: path.to_path_buf(),
+        op,
+        tolerance,
+        data: RecurrentData {
+            variant,
+            dims,
+            dtype,
+            q,
+            k,
+            v,
+            gate,
+            cu_seqlens,
+            slots: (0..requests as i32).collect(),
+            state,
+            scale,
+            qk_l2norm,
+        },
+        expected_o,
+        expected_state,
+    })
+}
+
+/// Runs a case on `backend` and compares with its expected tensors.
+pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
+    let d = case.data.dims;
+    let n = case.data.num_tokens();
+    let mut o = ActBuffer::nan(case.data.dtype, n * d.hv * d.v);
+    let mut state = case.data.state.clone();
+    let mut out = RecurrentOutputs {
+        o: o.dense_mut(n, d.hv * d.v),
+        state: &mut state,
+        write_state: true,
+        snapshots: None,
+    };
+    recurrent(backend, &case.data.inputs(), &mut out).map_err(|source| CaseError::Run {
+        path: case.path.clone(),
+        source,
+    })?;
+    let widen = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
+    Ok(CaseReport {
+        o: compare(&o.to_f32(), &widen(&case.expected_o), case.tolerance),
+        state_out: compare(&state, &widen(&case.expected_state), case.tolerance),
+    })
+}
+
+/// Writes a `recurrent` case whose expected tensors come from the f64 reference.
+pub fn write_recurrent(path: &Path, data: &RecurrentData, tolerance: Tolerance) -> std::io::Result<()> {
+    let d = data.dims;
+    let n = data.num_tokens();
+    let requests = data.cu_seqlens.len() - 1;
+    // The case file's pool is one slot per request, in request order.
+    let per_slot = d.state_elems();
+    let mut pool = vec![0f32; requests * per_slot];
+    for (r, &slot) in data.slots.iter().enumerate() {
+        assert!(slot >= 0, "case files have no null requests");
+        pool[r * per_slot..(r + 1) * per_slot].copy_from_slice(&data.state[slot as usize * per_slot..(slot as usize + 1) * per_slot]);
+    }
+    let mut local = data.clone();
+    local.state = pool;
+    local.slots = (0..requests as i32).collect();
+    let res = crate::reference::recurrent::<f64>(&local.inputs(), &local.state);
+    let o: Vec<f32> = res.o.iter().map(|&x| x as f32).collect();
+    let state_out: Vec<f32> = res
+        .final_state
+        .iter()
+        .flat_map(|s| s.as_ref().expect("live request").iter().map(|&x| x as f32))
+        .collect();
+
+    let st_dtype = |t: DType| match t {
+        DType::F32 => Dtype::F32,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+    };
+    let act = data.dtype;
+    let gw = d.gate_width(data.variant);
+    let gate_shape = if gw == 1 { vec![n, d.hv] } else { vec![n, d.hv, d.k] };
+    let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = vec![
+        ("q".into(), st_dtype(act), vec![n, d.h, d.k], local.q.as_bytes().to_vec()),
+        ("k".into(), st_dtype(act), vec![n, d.h, d.k], local.k.as_bytes().to_vec()),
+        ("v".into(), st_dtype(act), vec![n, d.hv, d.v], local.v.as_bytes().to_vec()),
+        ("cu_seqlens".into(), Dtype::I32, vec![requests + 1], bytes_of(&local.cu_seqlens).to_vec()),
+        ("state_in".into(), Dtype::F32, vec![requests, d.hv, d.v, d.k], bytes_of(&local.state).to_vec()),
+        ("o".into(), Dtype::F32, vec![n, d.hv, d.v], bytes_of(&o).to_vec()),
+        ("state_out".into(), Dtype::F32, vec![requests, d.hv, d.v, d.k], bytes_of(&state_out).to_vec()),
+    ];
+    match &local.gate {
+        GateData::Raw { a, b, a_log, dt_bias } => {
+            tensors.push(("a".into(), st_dtype(act), gate_shape, a.as_bytes().to_vec()));
+            tensors.push(("b".into(), st_dtype(act), vec![n, d.hv], b.as_bytes().to_vec()));
+            tensors.push(("A_log".into(), Dtype::F32, vec![d.hv], bytes_of(a_log).to_vec()));
+            let dt_shape = if gw == 1 { vec![d.hv] } else { vec![d.hv, d.k] };
+            tensors.push(("dt_bias".into(), Dtype::F32, dt_shape, bytes_of(dt_bias).to_vec()));
+        }
+        GateData::Precomputed { g, beta } => {
+            tensors.push(("g".into(), Dtype::F32, gate_shape, bytes_of(g).to_vec()));
+            tensors.push(("beta".into(), Dtype::F32, vec![n, d.hv], bytes_of(beta).to_vec()));
+        }
+    }
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(name, dt, shape, bytes)| (name.clone(), TensorView::new(*dt, shape.clone(), bytes).expect("consistent tensor")))
+        .collect();
+    let metadata: HashMap<String, String> = [
+        ("format", FORMAT.to_string()),
+        ("op", "recurrent".to_string()),
+        ("variant", data.variant.name().to_string()),
+        ("scale", format!("{:e}", data.scale)),
+        ("qk_l2norm", data.qk_l2norm.to_string()),
+        ("atol", format!("{:e}", tolerance.atol)),
+        ("rtol", format!("{:e}", tolerance.rtol)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let bytes = safetensors::serialize(views, &Some(metadata)).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+    std::fs::write(path, bytes)
+}

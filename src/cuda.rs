@@ -1,0 +1,154 @@
+//! Minimal CUDA runtime access through the crate's own C wrappers (csrc/kernels/cuda_runtime.cu):
+//! device discovery and RAII device buffers for the Cuda backend. No bindings crate needed.
+
+use std::sync::OnceLock;
+
+use crate::build_info;
+use crate::error::{Error, Result};
+
+/// The device the Cuda backend runs on.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub runtime_version: i32,
+    pub driver_version: i32,
+    pub count: i32,
+}
+
+/// The first CUDA device, or why none is usable (CUDA not compiled in, no driver, no device).
+pub fn device() -> Result<&'static DeviceInfo, String> {
+    static DEVICE: OnceLock<Result<DeviceInfo, String>> = OnceLock::new();
+    DEVICE.get_or_init(probe).as_ref().map_err(Clone::clone)
+}
+
+#[cfg(not(replayssm_cuda))]
+fn probe() -> Result<DeviceInfo, String> {
+    Err("the CUDA backend is not compiled in (nvcc was not found when the crate was built)".into())
+}
+
+#[cfg(replayssm_cuda)]
+fn probe() -> Result<DeviceInfo, String> {
+    use crate::ffi;
+    let _ = build_info::CUDA_COMPILED;
+    let mut count = 0i32;
+    // SAFETY: plain out-parameter calls into the CUDA runtime.
+    let code = unsafe { ffi::rssm_cuda_device_count(&mut count) };
+    if code != 0 {
+        return Err(format!(
+            "cudaGetDeviceCount returned {code} ({}){}",
+            error_string(code),
+            if code == 35 {
+                ": no NVIDIA driver on this machine"
+            } else {
+                ""
+            }
+        ));
+    }
+    if count == 0 {
+        return Err("the CUDA driver reports no device".into());
+    }
+    let (mut rt, mut drv) = (0, 0);
+    // SAFETY: out-parameters only.
+    unsafe { ffi::rssm_cuda_versions(&mut rt, &mut drv) };
+    let mut name = [0 as std::os::raw::c_char; 256];
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the buffer length is passed; the callee NUL-terminates within it.
+    let code = unsafe { ffi::rssm_cuda_device_name(0, name.as_mut_ptr(), 256, &mut major, &mut minor) };
+    if code != 0 {
+        return Err(format!(
+            "cudaGetDeviceProperties returned {code} ({})",
+            error_string(code)
+        ));
+    }
+    // SAFETY: NUL-terminated by rssm_cuda_device_name.
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    Ok(DeviceInfo {
+        name,
+        compute_capability: (major, minor),
+        runtime_version: rt,
+        driver_version: drv,
+        count,
+    })
+}
+
+#[cfg(replayssm_cuda)]
+pub(crate) fn error_string(code: i32) -> String {
+    // SAFETY: cudaGetErrorString returns a static NUL-terminated string for any code.
+    unsafe { std::ffi::CStr::from_ptr(crate::ffi::rssm_cuda_error_string(code)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(replayssm_cuda)]
+pub(crate) fn check(call: &'static str, code: i32) -> Result<()> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(Error::Cuda {
+            call,
+            code,
+            message: error_string(code),
+        })
+    }
+}
+
+/// A device allocation of `bytes` bytes, freed on drop.
+#[cfg(replayssm_cuda)]
+pub(crate) struct DeviceBuffer {
+    ptr: *mut std::ffi::c_void,
+    bytes: usize,
+}
+
+#[cfg(replayssm_cuda)]
+impl DeviceBuffer {
+    pub fn new(bytes: usize) -> Result<Self> {
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: out-parameter; a zero-byte request still yields a valid (null or unique) pointer.
+        check("cudaMalloc", unsafe {
+            crate::ffi::rssm_cuda_malloc(&mut ptr, bytes.max(1) as u64)
+        })?;
+        Ok(Self { ptr, bytes })
+    }
+
+    pub fn from_bytes(src: &[u8]) -> Result<Self> {
+        let b = Self::new(src.len())?;
+        // SAFETY: the allocation holds at least src.len() bytes.
+        check("cudaMemcpy", unsafe {
+            crate::ffi::rssm_cuda_memcpy_htod(b.ptr, src.as_ptr().cast(), src.len() as u64)
+        })?;
+        Ok(b)
+    }
+
+    pub fn copy_to(&self, dst: &mut [u8]) -> Result<()> {
+        assert!(dst.len() <= self.bytes);
+        // SAFETY: dst holds dst.len() <= self.bytes bytes.
+        check("cudaMemcpy", unsafe {
+            crate::ffi::rssm_cuda_memcpy_dtoh(dst.as_mut_ptr().cast(), self.ptr, dst.len() as u64)
+        })
+    }
+
+    pub fn ptr(&self) -> *mut std::ffi::c_void {
+        self.ptr
+    }
+}
+
+#[cfg(replayssm_cuda)]
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from cudaMalloc and is freed once.
+        unsafe { crate::ffi::rssm_cuda_free(self.ptr) };
+    }
+}
+
+#[cfg(replayssm_cuda)]
+pub(crate) fn synchronize() -> Result<()> {
+    // SAFETY: no arguments.
+    check("cudaDeviceSynchronize", unsafe { crate::ffi::rssm_cuda_synchronize() })
+}
+
+#[cfg(not(replayssm_cuda))]
+#[allow(dead_code)]
+fn _unused(_: Error) {}

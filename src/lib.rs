@@ -1,0 +1,28 @@
+//! replayssm: hand-written CUDA kernels for ReplaySSM (speculative decoding on linear-attention
+//! layers with an fp32 checkpoint and a ring of raw inputs), with a safe Rust runtime, a CPU
+//! SIMT emulator that runs the same kernel sources, and an f64 reference. See `SPEC.md` in the
+//! shared folder and the README.
+//!
+//! Map: kernel R (recurrent baseline) = device code `csrc/include/replayssm/device/recurrent.cuh`,
+//! launcher `csrc/kernels/recurrent.cu`, wrapper [`recurrent`], reference [`reference`], tests
+//! `tests/recurrent.rs`.
+
+pub mod backend;
+pub mod build_info;
+pub mod case;
+pub mod cuda;
+pub mod dtype;
+pub mod emulator;
+pub mod error;
+pub mod ffi;
+pub mod numerics;
+pub mod problem;
+pub mod recurrent;
+pub mod reference;
+pub mod workload;
+
+pub use backend::Backend;
+pub use dtype::{ActBuffer, ActView, ActViewMut, DType};
+pub use error::{Error, Result, Status};
+pub use problem::{Gate, HeadDims, Variant};
+pub use recurrent::{recurrent, RecurrentInputs, RecurrentOutputs, RecurrentPlan};

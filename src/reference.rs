@@ -1,0 +1,217 @@
+//! The reference recurrence of SPEC §3, written once over a float type and run in f64 (the
+//! oracle every kernel is judged against) and in f32 (the "same maths done naively in the same
+//! precision" of SPEC §6, and the `Reference` backend). Sums run sequentially over k, in the
+//! exact order of §3.
+
+use crate::problem::{Gate, HeadDims, Variant};
+use crate::recurrent::{RecurrentInputs, RecurrentOutputs, RecurrentPlan};
+
+/// The float type a reference runs in.
+pub trait Real:
+    Copy
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Neg<Output = Self>
+{
+    fn from_f32(x: f32) -> Self;
+    fn to_f64(self) -> f64;
+    fn to_f32(self) -> f32;
+    fn exp(self) -> Self;
+    fn ln_1p(self) -> Self;
+    fn sqrt(self) -> Self;
+}
+
+macro_rules! impl_real {
+    ($t:ty) => {
+        impl Real for $t {
+            fn from_f32(x: f32) -> Self {
+                x as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            fn ln_1p(self) -> Self {
+                <$t>::ln_1p(self)
+            }
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+        }
+    };
+}
+impl_real!(f32);
+impl_real!(f64);
+
+/// SPEC §3 step 1.
+pub fn log_decay<R: Real>(a: R, dt_bias: R, a_log: R) -> R {
+    let x = a + dt_bias;
+    let softplus = if x <= R::from_f32(20.0) { x.exp().ln_1p() } else { x };
+    -(a_log.exp()) * softplus
+}
+
+/// SPEC §3 step 2.
+pub fn beta<R: Real>(b: R) -> R {
+    let one = R::from_f32(1.0);
+    one / (one + (-b).exp())
+}
+
+/// SPEC §3 step 3 (division form, eps inside the root), in place.
+pub fn l2_normalize<R: Real>(x: &mut [R]) {
+    let mut ss = R::from_f32(0.0);
+    for &e in x.iter() {
+        ss = ss + e * e;
+    }
+    let norm = (ss + R::from_f32(1e-6)).sqrt();
+    for e in x.iter_mut() {
+        *e = *e / norm;
+    }
+}
+
+/// SPEC §3 steps 4-7 on one head's state `s` (`[V, K]`, K contiguous) with `decay = exp(g)`
+/// (one value, or K for KDA), normalised key `k` and value `v`.
+pub fn delta_rule_update<R: Real>(s: &mut [R], dims: &HeadDims, decay: &[R], k: &[R], v: &[R], beta: R) {
+    let kd = dims.k;
+    for (row, &vr) in s.chunks_exact_mut(kd).zip(v) {
+        for (j, e) in row.iter_mut().enumerate() {
+            *e = *e * decay[if decay.len() == 1 { 0 } else { j }];
+        }
+        let mut dot = R::from_f32(0.0);
+        for (e, &kj) in row.iter().zip(k) {
+            dot = dot + *e * kj;
+        }
+        let u = (vr - dot) * beta;
+        for (e, &kj) in row.iter_mut().zip(k) {
+            *e = *e + u * kj;
+        }
+    }
+}
+
+/// SPEC §3 step 8: `o[v] = Σ_k S[v,k] q[k]`.
+pub fn readout<R: Real>(s: &[R], dims: &HeadDims, q: &[R], o: &mut [R]) {
+    for (row, ov) in s.chunks_exact(dims.k).zip(o.iter_mut()) {
+        let mut acc = R::from_f32(0.0);
+        for (&e, &qj) in row.iter().zip(q) {
+            acc = acc + e * qj;
+        }
+        *ov = acc;
+    }
+}
+
+/// Everything a reference run of kernel R produces, in precision `R`.
+#[derive(Clone, Debug)]
+pub struct RecurrentResult<R> {
+    /// `[N, HV, V]`; zeros for null requests.
+    pub o: Vec<R>,
+    /// Final state `[HV, V, K]` per request (`None` for null requests).
+    pub final_state: Vec<Option<Vec<R>>>,
+    /// `[T, HV, V, K]` per request: state after each of its tokens (`None` for null requests).
+    pub snapshots: Vec<Option<Vec<R>>>,
+}
+
+/// The gate of token `tok`, value head `hv`: decay factors `exp(g)` and beta.
+fn gate_at<R: Real>(gate: &Gate<'_>, variant: Variant, dims: &HeadDims, tok: usize, hv: usize) -> (Vec<R>, R) {
+    let gw = dims.gate_width(variant);
+    match gate {
+        Gate::Raw { a, b, a_log, dt_bias } => {
+            let decay = (0..gw)
+                .map(|j| {
+                    log_decay(
+                        R::from_f32(a.at(tok, hv * gw + j)),
+                        R::from_f32(dt_bias[hv * gw + j]),
+                        R::from_f32(a_log[hv]),
+                    )
+                    .exp()
+                })
+                .collect();
+            (decay, beta(R::from_f32(b.at(tok, hv))))
+        }
+        Gate::Precomputed { g, beta } => {
+            let base = (tok * dims.hv + hv) * gw;
+            let decay = g[base..base + gw].iter().map(|&x| R::from_f32(x).exp()).collect();
+            (decay, R::from_f32(beta[tok * dims.hv + hv]))
+        }
+    }
+}
+
+/// Runs kernel R's maths in precision `R` from the checkpoint pool `state_pool`.
+pub fn recurrent<R: Real>(inp: &RecurrentInputs<'_>, state_pool: &[f32]) -> RecurrentResult<R> {
+    let d = inp.dims;
+    let n = inp.q.tokens;
+    let batch = inp.cu_seqlens.len() - 1;
+    let per_slot = d.state_elems();
+    let head = d.v * d.k;
+    let zero = R::from_f32(0.0);
+    let mut res = RecurrentResult {
+        o: vec![zero; n * d.hv * d.v],
+        final_state: vec![None; batch],
+        snapshots: vec![None; batch],
+    };
+    for r in 0..batch {
+        let slot = inp.slots[r];
+        if slot < 0 {
+            continue;
+        }
+        let (bos, eos) = (inp.cu_seqlens[r] as usize, inp.cu_seqlens[r + 1] as usize);
+        let mut state: Vec<R> = state_pool[slot as usize * per_slot..(slot as usize + 1) * per_slot]
+            .iter()
+            .map(|&x| R::from_f32(x))
+            .collect();
+        let mut snaps = vec![zero; (eos - bos) * per_slot];
+        for hv in 0..d.hv {
+            let h = d.key_head(hv);
+            let s = &mut state[hv * head..(hv + 1) * head];
+            for (t, tok) in (bos..eos).enumerate() {
+                let mut k: Vec<R> = (0..d.k).map(|j| R::from_f32(inp.k.at(tok, h * d.k + j))).collect();
+                let mut q: Vec<R> = (0..d.k).map(|j| R::from_f32(inp.q.at(tok, h * d.k + j))).collect();
+                if inp.qk_l2norm {
+                    l2_normalize(&mut k);
+                    l2_normalize(&mut q);
+                }
+                let scale = R::from_f32(inp.scale);
+                q.iter_mut().for_each(|x| *x = *x * scale);
+                let v: Vec<R> = (0..d.v).map(|j| R::from_f32(inp.v.at(tok, hv * d.v + j))).collect();
+                let (decay, beta) = gate_at::<R>(&inp.gate, inp.variant, &d, tok, hv);
+                delta_rule_update(s, &d, &decay, &k, &v, beta);
+                snaps[t * per_slot + hv * head..t * per_slot + (hv + 1) * head].copy_from_slice(s);
+                let o = &mut res.o[(tok * d.hv + hv) * d.v..(tok * d.hv + hv + 1) * d.v];
+                readout(s, &d, &q, o);
+            }
+        }
+        res.final_state[r] = Some(state);
+        res.snapshots[r] = Some(snaps);
+    }
+    res
+}
+
+/// The `Reference` backend: f32 maths, results stored like a kernel stores them.
+pub(crate) fn recurrent_into(inp: &RecurrentInputs<'_>, plan: &RecurrentPlan, out: &mut RecurrentOutputs<'_>) {
+    let d = inp.dims;
+    let res = recurrent::<f32>(inp, out.state);
+    let row = d.hv * d.v;
+    for tok in 0..plan.num_tokens {
+        for i in 0..row {
+            out.o.set(tok, i, res.o[tok * row + i]);
+        }
+    }
+    let per_slot = d.state_elems();
+    for r in 0..plan.batch {
+        let Some(state) = &res.final_state[r] else { continue };
+        let slot = inp.slots[r] as usize;
+        if out.write_state {
+            out.state[slot * per_slot..(slot + 1) * per_slot].copy_from_slice(state);
+        }
+        if let (Some(snaps), Some(dst)) = (&res.snapshots[r], out.snapshots.as_deref_mut()) {
+            let base = r * plan.max_seqlen * per_slot;
+            dst[base..base + snaps.len()].copy_from_slice(snaps);
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Owned, randomly drawn inputs for kernel R (tests, benches, the demo and case files): fresh
+//! non-zero values from a seeded generator, in the ranges real models produce.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::dtype::{ActBuffer, DType};
+use crate::problem::{Gate, HeadDims, Variant};
+use crate::recurrent::{default_scale, RecurrentInputs};
+
+/// Owned gate inputs.
+#[derive(Clone, Debug)]
+pub enum GateData {
+    Raw {
+        a: ActBuffer,
+        b: ActBuffer,
+        a_log: Vec<f32>,
+        dt_bias: Vec<f32>,
+    },
+    Precomputed {
+        g: Vec<f32>,
+        beta: Vec<f32>,
+    },
+}
+
+/// What to draw.
+#[derive(Clone, Debug)]
+pub struct WorkloadSpec {
+    pub variant: Variant,
+    pub dims: HeadDims,
+    pub dtype: DType,
+    /// Tokens per request.
+    pub seqlens: Vec<usize>,
+    /// Requests whose slot is `-1`.
+    pub null_requests: Vec<usize>,
+    /// Extra slots in the pool that no request uses (they must stay untouched).
+    pub spare_slots: usize,
+    pub raw_gate: bool,
+    pub qk_l2norm: bool,
+}
+
+/// Dense inputs of one kernel-R launch plus its checkpoint pool.
+#[derive(Clone, Debug)]
+pub struct RecurrentData {
+    pub variant: Variant,
+    pub dims: HeadDims,
+    pub dtype: DType,
+    /// `[N, H*K]`
+    pub q: ActBuffer,
+    /// `[N, H*K]`
+    pub k: ActBuffer,
+    /// `[N, HV*V]`
+    pub v: ActBuffer,
+    pub gate: GateData,
+    pub cu_seqlens: Vec<i32>,
+    pub slots: Vec<i32>,
+    /// `[NS, HV, V, K]`
+    pub state: Vec<f32>,
+    pub scale: f32,
+    pub qk_l2norm: bool,
+}
+
+fn uniform(rng: &mut ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(lo..hi)).collect()
+}
+
+impl RecurrentData {
+    /// Draws a workload from `seed`. Slots are a random permutation of the pool, so request
+    /// order and slot order differ.
+    pub fn random(spec: &WorkloadSpec, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let d = spec.dims;
+        let n: usize = spec.seqlens.iter().sum();
+        let batch = spec.seqlens.len();
+        let gw = d.gate_width(spec.variant);
+        // Without in-kernel normalisation the caller passes unit-scale keys.
+        let kmag = if spec.qk_l2norm { 1.0 } else { 1.0 / (d.k as f32).sqrt() };
+        let q = ActBuffer::from_f32(spec.dtype, &uniform(&mut rng, n * d.h * d.k, -kmag, kmag));
+        let k = ActBuffer::from_f32(spec.dtype, &uniform(&mut rng, n * d.h * d.k, -kmag, kmag));
+        let v = ActBuffer::from_f32(spec.dtype, &uniform(&mut rng, n * d.hv * d.v, -1.0, 1.0));
+        let gate = if spec.raw_gate {
+            GateData::Raw {
+                a: ActBuffer::from_f32(spec.dtype, &uniform(&mut rng, n * d.hv * gw, -3.0, 3.0)),
+                b: ActBuffer::from_f32(spec.dtype, &uniform(&mut rng, n * d.hv, -3.0, 3.0)),
+                a_log: uniform(&mut rng, d.hv, -1.5, 0.5),
+                dt_bias: uniform(&mut rng, d.hv * gw, -1.0, 1.0),
+            }
+        } else {
+            GateData::Precomputed {
+                g: uniform(&mut rng, n * d.hv * gw, -1.0, -0.01),
+                beta: uniform(&mut rng, n * d.hv, 0.05, 0.95),
+            }
+        };
+        let mut cu_seqlens = vec![0i32];
+        for &l in &spec.seqlens {
+            cu_seqlens.push(cu_seqlens.last().unwrap() + l as i32);
+        }
+        let num_slots = batch + spec.spare_slots;
+        let mut perm: Vec<i32> = (0..num_slots as i32).collect();
+        for i in (1..perm.len()).rev() {
+            perm.swap(i, rng.gen_range(0..=i));
+        }
+        let slots = (0..batch)
+            .map(|r| if spec.null_requests.contains(&r) { -1 } else { perm[r] })
+            .collect();
+        let state = uniform(&mut rng, num_slots * d.state_elems(), -0.5, 0.5);
+        RecurrentData {
+            variant: spec.variant,
+            dims: d,
+            dtype: spec.dtype,
+            q,
+            k,
+            v,
+            gate,
+            cu_seqlens,
+            slots,
+            state,
+            scale: default_scale(d.k),
+            qk_l2norm: spec.qk_l2norm,
+        }
+    }
+
+    pub fn num_tokens(&self) -> usize {
+        *self.cu_seqlens.last().unwrap_or(&0) as usize
+    }
+
+    /// Dense views of everything.
+    pub fn inputs(&self) -> RecurrentInputs<'_> {
+        let d = self.dims;
+        let n = self.num_tokens();
+        let gw = d.gate_width(self.variant);
+        RecurrentInputs {
+            variant: self.variant,
+            dims: d,
+            q: self.q.dense(n, d.h * d.k),
+            k: self.k.dense(n, d.h * d.k),
+            v: self.v.dense(n, d.hv * d.v),
+            gate: match &self.gate {
+                GateData::Raw { a, b, a_log, dt_bias } => Gate::Raw {
+                    a: a.dense(n, d.hv * gw),
+                    b: b.dense(n, d.hv),
+                    a_log,
+                    dt_bias,
+                },
+                GateData::Precomputed { g, beta } => Gate::Precomputed { g, beta },
+            },
+            cu_seqlens: &self.cu_seqlens,
+            slots: &self.slots,
+            scale: self.scale,
+            qk_l2norm: self.qk_l2norm,
+        }
+    }
+}

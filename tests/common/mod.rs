@@ -1,0 +1,115 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::io::Write;
+
+use replayssm::backend::Backend;
+use replayssm::numerics::{compare, Comparison, Tolerance};
+use replayssm::reference;
+use replayssm::workload::{RecurrentData, WorkloadSpec};
+use replayssm::{ActBuffer, DType, HeadDims, RecurrentOutputs, Variant};
+
+/// Prints past the test harness's capture, so a skip is visible in `cargo test` output.
+pub fn say(msg: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{msg}");
+}
+
+/// `true` when the Cuda backend can run. Otherwise prints why and returns `false`, or panics
+/// when `REPLAYSSM_REQUIRE_GPU=1` (a lent GPU machine must not skip).
+pub fn gpu_available(test: &str) -> bool {
+    match Backend::Cuda.availability() {
+        Ok(()) => true,
+        Err(why) => {
+            if std::env::var("REPLAYSSM_REQUIRE_GPU").as_deref() == Ok("1") {
+                panic!("{test}: REPLAYSSM_REQUIRE_GPU=1 but no GPU is usable: {why}");
+            }
+            say(&format!("SKIPPED {test}: no usable GPU: {why}"));
+            false
+        }
+    }
+}
+
+/// Per-dtype tolerances of kernel-R outputs against f64. Outputs are stored in the act dtype,
+/// so its rounding (bf16: 2^-8 relative) dominates; the state is always f32.
+pub fn output_tolerance(dtype: DType) -> Tolerance {
+    match dtype {
+        DType::F32 => Tolerance { atol: 2e-5, rtol: 2e-4 },
+        DType::F16 => Tolerance { atol: 1e-4, rtol: 2e-3 },
+        DType::BF16 => Tolerance { atol: 1e-3, rtol: 1e-2 },
+    }
+}
+pub const STATE_TOLERANCE: Tolerance = Tolerance { atol: 2e-5, rtol: 2e-4 };
+
+pub fn spec(variant: Variant, dims: HeadDims, dtype: DType, seqlens: &[usize]) -> WorkloadSpec {
+    WorkloadSpec {
+        variant,
+        dims,
+        dtype,
+        seqlens: seqlens.to_vec(),
+        null_requests: vec![],
+        spare_slots: 2,
+        raw_gate: true,
+        qk_l2norm: true,
+    }
+}
+
+/// Everything one backend run of kernel R produced.
+pub struct Run {
+    pub o: ActBuffer,
+    pub state: Vec<f32>,
+    pub snapshots: Vec<f32>,
+}
+
+/// Runs kernel R with poisoned outputs (NaN) and snapshots, writing the state back.
+pub fn run(backend: Backend, data: &RecurrentData, snapshots: bool) -> replayssm::Result<Run> {
+    let d = data.dims;
+    let n = data.num_tokens();
+    let batch = data.cu_seqlens.len() - 1;
+    let t = data.cu_seqlens.windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(1).max(1);
+    let mut o = ActBuffer::nan(data.dtype, n * d.hv * d.v);
+    let mut state = data.state.clone();
+    let mut snaps = vec![f32::NAN; if snapshots { batch * t * d.state_elems() } else { 0 }];
+    let mut out = RecurrentOutputs {
+        o: o.dense_mut(n, d.hv * d.v),
+        state: &mut state,
+        write_state: true,
+        snapshots: snapshots.then_some(&mut snaps[..]),
+    };
+    replayssm::recurrent(backend, &data.inputs(), &mut out)?;
+    Ok(Run { o, state, snapshots: snaps })
+}
+
+/// Errors of one backend run against the f64 reference.
+pub struct Judgement {
+    pub o: Comparison,
+    pub state: Comparison,
+    pub snapshots: Comparison,
+}
+
+/// Compares a run with the f64 reference: outputs, the whole state pool (untouched slots
+/// must keep their values) and the snapshots of live requests.
+pub fn judge(data: &RecurrentData, run: &Run, out_tol: Tolerance) -> Judgement {
+    let d = data.dims;
+    let per_slot = d.state_elems();
+    let f64ref = reference::recurrent::<f64>(&data.inputs(), &data.state);
+    let mut expected_pool: Vec<f64> = data.state.iter().map(|&x| x as f64).collect();
+    let batch = data.cu_seqlens.len() - 1;
+    let t = data.cu_seqlens.windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(1).max(1);
+    let (mut snap_got, mut snap_ref) = (vec![], vec![]);
+    for r in 0..batch {
+        if let Some(s) = &f64ref.final_state[r] {
+            let slot = data.slots[r] as usize;
+            expected_pool[slot * per_slot..(slot + 1) * per_slot].copy_from_slice(s);
+        }
+        if let (Some(s), false) = (&f64ref.snapshots[r], run.snapshots.is_empty()) {
+            let base = r * t * per_slot;
+            snap_got.extend_from_slice(&run.snapshots[base..base + s.len()]);
+            snap_ref.extend_from_slice(s);
+        }
+    }
+    Judgement {
+        o: compare(&run.o.to_f32(), &f64ref.o, out_tol),
+        state: compare(&run.state, &expected_pool, STATE_TOLERANCE),
+        snapshots: compare(&snap_got, &snap_ref, STATE_TOLERANCE),
+    }
+}
