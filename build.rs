@@ -4,7 +4,7 @@
 //! - `replayssm_cuda`: the launch layer compiled by nvcc to SASS (sm_80, sm_90, sm_100) plus
 //!   compute_90 PTX, linked with cudart_static. Built when nvcc is found; `REPLAYSSM_REQUIRE_CUDA=1`
 //!   turns a missing nvcc into an error. The `-Xptxas -v` report of every kernel is parsed into
-//!   `$OUT_DIR/kernel_resources.tsv`.
+//!   `$OUT_DIR/kernel_resources.tsv`. `REPLAYSSM_NO_CUDA=1` skips it (emulated backend only).
 //!
 //! Then bindgen turns the public header into `$OUT_DIR/bindings.rs`.
 
@@ -23,6 +23,7 @@ fn main() {
         "REPLAYSSM_REQUIRE_CUDA",
         "REPLAYSSM_CUDA_ARCHS",
         "LIBCLANG_PATH",
+        "REPLAYSSM_NO_CUDA",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
@@ -88,6 +89,9 @@ fn build_host(root: &Path, kernels: &[PathBuf]) {
 }
 
 fn find_nvcc(root: &Path) -> Option<PathBuf> {
+    if env::var("REPLAYSSM_NO_CUDA").as_deref() == Ok("1") {
+        return None;
+    }
     let candidates = [
         env::var_os("NVCC").map(PathBuf::from),
         env::var_os("CUDA_HOME").map(|h| PathBuf::from(h).join("bin/nvcc")),
@@ -114,11 +118,7 @@ fn build_cuda(root: &Path, out: &Path, nvcc: &Path, kernels: &[PathBuf]) -> Cuda
         .output()
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.contains("release"))
-                .map(|l| l.trim().to_string())
-        })
+        .and_then(|s| s.lines().find(|l| l.contains("release")).map(|l| l.trim().to_string()))
         .unwrap_or_else(|| "unknown".into());
     let archs: Vec<String> = env::var("REPLAYSSM_CUDA_ARCHS")
         .unwrap_or_else(|_| "80;90;100".into())
@@ -133,10 +133,7 @@ fn build_cuda(root: &Path, out: &Path, nvcc: &Path, kernels: &[PathBuf]) -> Cuda
     // cc finds nvcc through $NVCC in CUDA mode (and wraps host flags in -Xcompiler).
     env::set_var("NVCC", nvcc);
     let mut base = cc::Build::new();
-    base.cuda(true)
-        .debug(false)
-        .opt_level(3)
-        .cargo_metadata(false);
+    base.cuda(true).debug(false).opt_level(3).cargo_metadata(false);
     let tool = base.get_compiler();
 
     let mut sources = kernels.to_vec();
@@ -144,10 +141,7 @@ fn build_cuda(root: &Path, out: &Path, nvcc: &Path, kernels: &[PathBuf]) -> Cuda
     let jobs: Vec<_> = sources
         .iter()
         .map(|src| {
-            let obj = out.join(format!(
-                "{}.cuda.o",
-                src.file_stem().unwrap().to_string_lossy()
-            ));
+            let obj = out.join(format!("{}.cuda.o", src.file_stem().unwrap().to_string_lossy()));
             let mut cmd = tool.to_command();
             cmd.args(["-std=c++17", "-O3", "--fmad=false", "-Xptxas", "-v", "-t0"])
                 .arg(format!("-I{}", root.join("csrc/include").display()));
@@ -292,7 +286,5 @@ fn generate_bindings(root: &Path, out: &Path) {
                  it into .toolchain/), or set LIBCLANG_PATH."
             )
         });
-    bindings
-        .write_to_file(out.join("bindings.rs"))
-        .expect("write bindings");
+    bindings.write_to_file(out.join("bindings.rs")).expect("write bindings");
 }

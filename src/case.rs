@@ -60,11 +60,19 @@ pub enum CaseError {
     #[error("{path}: format is {found:?}, this build reads \"{FORMAT}\"")]
     Format { path: PathBuf, found: Option<String> },
     #[error("{path}: metadata key '{key}': {msg}")]
-    Metadata { path: PathBuf, key: &'static str, msg: String },
+    Metadata {
+        path: PathBuf,
+        key: &'static str,
+        msg: String,
+    },
     #[error("{path}: missing tensor '{name}'")]
     MissingTensor { path: PathBuf, name: &'static str },
     #[error("{path}: tensor '{name}': {msg}")]
-    BadTensor { path: PathBuf, name: &'static str, msg: String },
+    BadTensor {
+        path: PathBuf,
+        name: &'static str,
+        msg: String,
+    },
     #[error("{path}: op '{op}' is not supported by this build (it runs: recurrent)")]
     UnsupportedOp { path: PathBuf, op: String },
     #[error("{path}: {source}")]
@@ -125,7 +133,12 @@ impl Reader<'_> {
     }
 
     /// Checks the shape (`None` = any extent) and returns it.
-    fn shape(&self, name: &'static str, t: &TensorView<'_>, expected: &[Option<usize>]) -> Result<Vec<usize>, CaseError> {
+    fn shape(
+        &self,
+        name: &'static str,
+        t: &TensorView<'_>,
+        expected: &[Option<usize>],
+    ) -> Result<Vec<usize>, CaseError> {
         let s = t.shape().to_vec();
         let ok = s.len() == expected.len() && s.iter().zip(expected).all(|(a, e)| e.is_none_or(|e| e == *a));
         if !ok {
@@ -144,7 +157,10 @@ impl Reader<'_> {
         if t.dtype() != Dtype::F32 {
             return Err(self.bad(name, format!("dtype {:?}, expected F32", t.dtype())));
         }
-        Ok(t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(t.data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
     fn i32s(&self, name: &'static str, expected: &[Option<usize>]) -> Result<Vec<i32>, CaseError> {
@@ -153,10 +169,18 @@ impl Reader<'_> {
         if t.dtype() != Dtype::I32 {
             return Err(self.bad(name, format!("dtype {:?}, expected I32", t.dtype())));
         }
-        Ok(t.data().chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(t.data()
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
-    fn act(&self, name: &'static str, expected: &[Option<usize>], dtype: Option<DType>) -> Result<(ActBuffer, Vec<usize>), CaseError> {
+    fn act(
+        &self,
+        name: &'static str,
+        expected: &[Option<usize>],
+        dtype: Option<DType>,
+    ) -> Result<(ActBuffer, Vec<usize>), CaseError> {
         let t = self.tensor(name)?;
         let shape = self.shape(name, &t, expected)?;
         let got = match t.dtype() {
@@ -172,9 +196,21 @@ impl Reader<'_> {
         }
         let data = t.data();
         let buf = match got {
-            DType::F32 => ActBuffer::F32(data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-            DType::F16 => ActBuffer::F16(data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]])).collect()),
-            DType::BF16 => ActBuffer::BF16(data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]])).collect()),
+            DType::F32 => ActBuffer::F32(
+                data.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            DType::F16 => ActBuffer::F16(
+                data.chunks_exact(2)
+                    .map(|c| half::f16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+            ),
+            DType::BF16 => ActBuffer::BF16(
+                data.chunks_exact(2)
+                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+            ),
         };
         Ok((buf, shape))
     }
@@ -188,7 +224,11 @@ fn meta<'m>(path: &Path, m: &'m HashMap<String, String>, key: &'static str) -> R
     })
 }
 
-fn meta_parse<T: std::str::FromStr>(path: &Path, m: &HashMap<String, String>, key: &'static str) -> Result<T, CaseError> {
+fn meta_parse<T: std::str::FromStr>(
+    path: &Path,
+    m: &HashMap<String, String>,
+    key: &'static str,
+) -> Result<T, CaseError> {
     let s = meta(path, m, key)?;
     s.parse().map_err(|_| CaseError::Metadata {
         path: path.to_path_buf(),
@@ -263,7 +303,11 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
             beta: r.f32s("beta", &[Some(n), Some(hv)])?,
         }
     } else {
-        let dt_shape: Vec<Option<usize>> = if gw == 1 { vec![Some(hv)] } else { vec![Some(hv), Some(kd)] };
+        let dt_shape: Vec<Option<usize>> = if gw == 1 {
+            vec![Some(hv)]
+        } else {
+            vec![Some(hv), Some(kd)]
+        };
         GateData::Raw {
             a: r.act("a", &gate_shape, Some(dtype))?.0,
             b: r.act("b", &[Some(n), Some(hv)], Some(dtype))?.0,
@@ -336,7 +380,8 @@ pub fn write_recurrent(path: &Path, data: &RecurrentData, tolerance: Tolerance) 
     let mut pool = vec![0f32; requests * per_slot];
     for (r, &slot) in data.slots.iter().enumerate() {
         assert!(slot >= 0, "case files have no null requests");
-        pool[r * per_slot..(r + 1) * per_slot].copy_from_slice(&data.state[slot as usize * per_slot..(slot as usize + 1) * per_slot]);
+        pool[r * per_slot..(r + 1) * per_slot]
+            .copy_from_slice(&data.state[slot as usize * per_slot..(slot as usize + 1) * per_slot]);
     }
     let mut local = data.clone();
     local.state = pool;
@@ -358,13 +403,43 @@ pub fn write_recurrent(path: &Path, data: &RecurrentData, tolerance: Tolerance) 
     let gw = d.gate_width(data.variant);
     let gate_shape = if gw == 1 { vec![n, d.hv] } else { vec![n, d.hv, d.k] };
     let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = vec![
-        ("q".into(), st_dtype(act), vec![n, d.h, d.k], local.q.as_bytes().to_vec()),
-        ("k".into(), st_dtype(act), vec![n, d.h, d.k], local.k.as_bytes().to_vec()),
-        ("v".into(), st_dtype(act), vec![n, d.hv, d.v], local.v.as_bytes().to_vec()),
-        ("cu_seqlens".into(), Dtype::I32, vec![requests + 1], bytes_of(&local.cu_seqlens).to_vec()),
-        ("state_in".into(), Dtype::F32, vec![requests, d.hv, d.v, d.k], bytes_of(&local.state).to_vec()),
+        (
+            "q".into(),
+            st_dtype(act),
+            vec![n, d.h, d.k],
+            local.q.as_bytes().to_vec(),
+        ),
+        (
+            "k".into(),
+            st_dtype(act),
+            vec![n, d.h, d.k],
+            local.k.as_bytes().to_vec(),
+        ),
+        (
+            "v".into(),
+            st_dtype(act),
+            vec![n, d.hv, d.v],
+            local.v.as_bytes().to_vec(),
+        ),
+        (
+            "cu_seqlens".into(),
+            Dtype::I32,
+            vec![requests + 1],
+            bytes_of(&local.cu_seqlens).to_vec(),
+        ),
+        (
+            "state_in".into(),
+            Dtype::F32,
+            vec![requests, d.hv, d.v, d.k],
+            bytes_of(&local.state).to_vec(),
+        ),
         ("o".into(), Dtype::F32, vec![n, d.hv, d.v], bytes_of(&o).to_vec()),
-        ("state_out".into(), Dtype::F32, vec![requests, d.hv, d.v, d.k], bytes_of(&state_out).to_vec()),
+        (
+            "state_out".into(),
+            Dtype::F32,
+            vec![requests, d.hv, d.v, d.k],
+            bytes_of(&state_out).to_vec(),
+        ),
     ];
     match &local.gate {
         GateData::Raw { a, b, a_log, dt_bias } => {
@@ -381,7 +456,12 @@ pub fn write_recurrent(path: &Path, data: &RecurrentData, tolerance: Tolerance) 
     }
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
-        .map(|(name, dt, shape, bytes)| (name.clone(), TensorView::new(*dt, shape.clone(), bytes).expect("consistent tensor")))
+        .map(|(name, dt, shape, bytes)| {
+            (
+                name.clone(),
+                TensorView::new(*dt, shape.clone(), bytes).expect("consistent tensor"),
+            )
+        })
         .collect();
     let metadata: HashMap<String, String> = [
         ("format", FORMAT.to_string()),

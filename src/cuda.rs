@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use crate::build_info;
+#[cfg(replayssm_cuda)]
 use crate::error::{Error, Result};
 
 /// The device the Cuda backend runs on.
@@ -30,7 +30,6 @@ fn probe() -> Result<DeviceInfo, String> {
 #[cfg(replayssm_cuda)]
 fn probe() -> Result<DeviceInfo, String> {
     use crate::ffi;
-    let _ = build_info::CUDA_COMPILED;
     let mut count = 0i32;
     // SAFETY: plain out-parameter calls into the CUDA runtime.
     let code = unsafe { ffi::rssm_cuda_device_count(&mut count) };
@@ -148,7 +147,3 @@ pub(crate) fn synchronize() -> Result<()> {
     // SAFETY: no arguments.
     check("cudaDeviceSynchronize", unsafe { crate::ffi::rssm_cuda_synchronize() })
 }
-
-#[cfg(not(replayssm_cuda))]
-#[allow(dead_code)]
-fn _unused(_: Error) {}

@@ -29,7 +29,13 @@ pub fn rotate(input: &[f32], n: usize, with_barrier: bool) -> Result<Vec<f32>, E
     let mut out = vec![f32::NAN; input.len()];
     // SAFETY: both buffers hold blocks * n floats.
     check(unsafe {
-        ffi::rssm_emu_selftest_rotate(input.as_ptr(), out.as_mut_ptr(), n as i32, (input.len() / n) as i32, with_barrier as i32)
+        ffi::rssm_emu_selftest_rotate(
+            input.as_ptr(),
+            out.as_mut_ptr(),
+            n as i32,
+            (input.len() / n) as i32,
+            with_barrier as i32,
+        )
     })?;
     Ok(out)
 }
@@ -42,7 +48,9 @@ pub fn block_sum(input: &[f32], n: usize, skip_barrier: Option<usize>) -> Result
     let mut out = vec![f32::NAN; blocks];
     let skip = skip_barrier.map_or(-1, |s| s as i32);
     // SAFETY: input holds blocks * n floats, out holds blocks.
-    check(unsafe { ffi::rssm_emu_selftest_block_sum(input.as_ptr(), out.as_mut_ptr(), n as i32, blocks as i32, skip) })?;
+    check(unsafe {
+        ffi::rssm_emu_selftest_block_sum(input.as_ptr(), out.as_mut_ptr(), n as i32, blocks as i32, skip)
+    })?;
     Ok(out)
 }
 

@@ -68,17 +68,9 @@ pub enum Error {
         len: usize,
     },
     #[error("slots[{index}] = {slot} is out of range: expected -1 (null) or 0..{num_slots}")]
-    SlotOutOfRange {
-        index: usize,
-        slot: i32,
-        num_slots: usize,
-    },
+    SlotOutOfRange { index: usize, slot: i32, num_slots: usize },
     #[error("slots[{first}] and slots[{second}] are both {slot}: live slots in one launch must be distinct")]
-    DuplicateSlot {
-        first: usize,
-        second: usize,
-        slot: i32,
-    },
+    DuplicateSlot { first: usize, second: usize, slot: i32 },
     #[error("cu_seqlens: {0}")]
     SeqLens(String),
     #[error("head dims: {0}")]

@@ -11,7 +11,11 @@ use replayssm::workload::{RecurrentData, WorkloadSpec};
 use replayssm::{build_info, case, cuda, reference, ActBuffer, DType, HeadDims, RecurrentOutputs, Variant};
 
 #[derive(Parser)]
-#[command(name = "replayssm", version, about = "ReplaySSM CUDA kernels: build facts, demo, case checks")]
+#[command(
+    name = "replayssm",
+    version,
+    about = "ReplaySSM CUDA kernels: build facts, demo, case checks"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -122,7 +126,10 @@ fn main() -> ExitCode {
 
 fn info() -> ExitCode {
     println!("replayssm {}", env!("CARGO_PKG_VERSION"));
-    println!("backends compiled in: reference, emulated{}", if build_info::CUDA_COMPILED { ", cuda" } else { "" });
+    println!(
+        "backends compiled in: reference, emulated{}",
+        if build_info::CUDA_COMPILED { ", cuda" } else { "" }
+    );
     if build_info::CUDA_COMPILED {
         println!("nvcc: {}", build_info::NVCC_VERSION);
         println!("archs: SASS sm_{{{}}} + compute_90 PTX", build_info::CUDA_ARCHS);
@@ -141,7 +148,10 @@ fn info() -> ExitCode {
         println!("kernel resources: none (no CUDA build)");
     } else {
         println!("kernel resources (ptxas -v):");
-        println!("  {:<7} {:>5} {:>6} {:>8} {:>8}  kernel", "arch", "regs", "stack", "spill_st", "spill_ld");
+        println!(
+            "  {:<7} {:>5} {:>6} {:>8} {:>8}  kernel",
+            "arch", "regs", "stack", "spill_st", "spill_ld"
+        );
         for r in res {
             println!(
                 "  {:<7} {:>5} {:>6} {:>8} {:>8}  {}",
@@ -160,7 +170,12 @@ fn demo(backend: Backend, seed: u64) -> ExitCode {
         eprintln!("demo: backend {backend} is not available: {why}");
         return ExitCode::FAILURE;
     }
-    let dims = HeadDims { h: 4, hv: 8, k: 128, v: 128 };
+    let dims = HeadDims {
+        h: 4,
+        hv: 8,
+        k: 128,
+        v: 128,
+    };
     let (layers, batch, window) = (4usize, 8usize, 4usize);
     let dtype = DType::BF16;
     let out_tol = Tolerance { atol: 1e-4, rtol: 8e-3 };

@@ -59,7 +59,9 @@ pub struct HeadDims {
 impl HeadDims {
     pub fn validate(&self) -> Result<()> {
         if self.h == 0 || self.hv == 0 || self.k == 0 || self.v == 0 {
-            return Err(Error::Dims(format!("all of H, HV, K, V must be positive, got {self:?}")));
+            return Err(Error::Dims(format!(
+                "all of H, HV, K, V must be positive, got {self:?}"
+            )));
         }
         if self.hv % self.h != 0 {
             return Err(Error::Dims(format!(
@@ -114,11 +116,29 @@ pub enum Gate<'a> {
 }
 
 pub(crate) fn check_view(tensor: &'static str, view: &ActView<'_>, tokens: usize, row: usize) -> Result<()> {
-    check_strided(tensor, view.buf.len(), view.offset, view.tokens, view.row, view.stride, tokens, row)
+    check_strided(
+        tensor,
+        view.buf.len(),
+        view.offset,
+        view.tokens,
+        view.row,
+        view.stride,
+        tokens,
+        row,
+    )
 }
 
 pub(crate) fn check_view_mut(tensor: &'static str, view: &ActViewMut<'_>, tokens: usize, row: usize) -> Result<()> {
-    check_strided(tensor, view.buf.len(), view.offset, view.tokens, view.row, view.stride, tokens, row)
+    check_strided(
+        tensor,
+        view.buf.len(),
+        view.offset,
+        view.tokens,
+        view.row,
+        view.stride,
+        tokens,
+        row,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -179,10 +199,7 @@ pub(crate) fn check_dtype(tensor: &'static str, got: DType, expected: DType) -> 
 /// `(batch, max_seqlen)`.
 pub(crate) fn check_seqlens(cu: &[i32], num_tokens: usize) -> Result<(usize, usize)> {
     if cu.len() < 2 {
-        return Err(Error::SeqLens(format!(
-            "needs B + 1 >= 2 entries, got {}",
-            cu.len()
-        )));
+        return Err(Error::SeqLens(format!("needs B + 1 >= 2 entries, got {}", cu.len())));
     }
     if cu[0] != 0 {
         return Err(Error::SeqLens(format!("must start at 0, got {}", cu[0])));
@@ -205,7 +222,9 @@ pub(crate) fn check_seqlens(cu: &[i32], num_tokens: usize) -> Result<(usize, usi
     }
     let batch = cu.len() - 1;
     if batch > 65535 {
-        return Err(Error::SeqLens(format!("{batch} requests exceed the launch limit of 65535")));
+        return Err(Error::SeqLens(format!(
+            "{batch} requests exceed the launch limit of 65535"
+        )));
     }
     Ok((batch, max_len.max(1)))
 }
@@ -222,11 +241,7 @@ pub(crate) fn check_slots(slots: &[i32], batch: usize, num_slots: usize) -> Resu
     let mut seen = std::collections::HashMap::new();
     for (index, &slot) in slots.iter().enumerate() {
         if slot < -1 || slot >= 0 && slot as usize >= num_slots {
-            return Err(Error::SlotOutOfRange {
-                index,
-                slot,
-                num_slots,
-            });
+            return Err(Error::SlotOutOfRange { index, slot, num_slots });
         }
         if slot >= 0 {
             if let Some(first) = seen.insert(slot, index) {

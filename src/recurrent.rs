@@ -172,7 +172,12 @@ struct Pointers {
     error_word: *mut u32,
 }
 
-fn params(inp: &RecurrentInputs<'_>, plan: &RecurrentPlan, write_state: bool, p: Pointers) -> ffi::rssm_recurrent_params {
+fn params(
+    inp: &RecurrentInputs<'_>,
+    plan: &RecurrentPlan,
+    write_state: bool,
+    p: Pointers,
+) -> ffi::rssm_recurrent_params {
     let d = inp.dims;
     let (a_stride, b_stride) = match inp.gate {
         Gate::Raw { a, b, .. } => (a.stride as i64, b.stride as i64),
@@ -287,7 +292,14 @@ type GatePtrs = (*const u8, *const u8, *const f32, *const f32, *const f32, *cons
 fn gate_host_ptrs(gate: &Gate<'_>) -> GatePtrs {
     use std::ptr::null;
     match gate {
-        Gate::Raw { a, b, a_log, dt_bias } => (view_ptr(a), view_ptr(b), a_log.as_ptr(), dt_bias.as_ptr(), null(), null()),
+        Gate::Raw { a, b, a_log, dt_bias } => (
+            view_ptr(a),
+            view_ptr(b),
+            a_log.as_ptr(),
+            dt_bias.as_ptr(),
+            null(),
+            null(),
+        ),
         Gate::Precomputed { g, beta } => (null(), null(), null(), null(), g.as_ptr(), beta.as_ptr()),
     }
 }
@@ -354,7 +366,10 @@ fn run_cuda(inp: &RecurrentInputs<'_>, plan: &RecurrentPlan, out: &mut Recurrent
             gate_bufs = vec![bufs.0 .0, bufs.1 .0, bufs.2, bufs.3];
         }
         Gate::Precomputed { g: gv, beta: bv } => {
-            let (gb, bb) = (DeviceBuffer::from_bytes(bytes_of(gv))?, DeviceBuffer::from_bytes(bytes_of(bv))?);
+            let (gb, bb) = (
+                DeviceBuffer::from_bytes(bytes_of(gv))?,
+                DeviceBuffer::from_bytes(bytes_of(bv))?,
+            );
             (a, b, a_log, dt_bias, g, beta) = (
                 std::ptr::null(),
                 std::ptr::null(),

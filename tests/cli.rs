@@ -27,19 +27,52 @@ fn shipped_cases_pass_on_emulated_and_reference() {
     let files = cases();
     assert!(files.len() >= 4, "expected the shipped cases, found {files:?}");
     for backend in ["emulated", "reference"] {
-        let out = bin().arg("check").args(&files).args(["--backend", backend]).output().unwrap();
+        let out = bin()
+            .arg("check")
+            .args(&files)
+            .args(["--backend", backend])
+            .output()
+            .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{backend}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(stdout.lines().filter(|l| l.starts_with("PASS ")).count(), files.len(), "{stdout}");
+        assert!(
+            out.status.success(),
+            "{backend}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout.lines().filter(|l| l.starts_with("PASS ")).count(),
+            files.len(),
+            "{stdout}"
+        );
     }
 }
 
 fn check_fails(path: &Path, expect: &str) {
-    let out = bin().arg("check").arg(path).args(["--backend", "emulated"]).output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!out.status.success(), "{}: expected failure, got: {text}", path.display());
-    assert!(text.contains(expect), "{}: expected '{expect}' in: {text}", path.display());
-    assert!(text.contains(&path.display().to_string()), "the message must name the file: {text}");
+    let out = bin()
+        .arg("check")
+        .arg(path)
+        .args(["--backend", "emulated"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "{}: expected failure, got: {text}",
+        path.display()
+    );
+    assert!(
+        text.contains(expect),
+        "{}: expected '{expect}' in: {text}",
+        path.display()
+    );
+    assert!(
+        text.contains(&path.display().to_string()),
+        "the message must name the file: {text}"
+    );
 }
 
 #[test]
@@ -117,6 +150,9 @@ fn demo_runs_on_the_best_backend_and_reports_its_error() {
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{s}{}", String::from_utf8_lossy(&out.stderr));
     let expected_backend = replayssm::Backend::best().name();
-    assert!(s.contains(&format!("result: backend={expected_backend} largest error vs f64")), "{s}");
+    assert!(
+        s.contains(&format!("result: backend={expected_backend} largest error vs f64")),
+        "{s}"
+    );
     assert!(s.contains("PASS"), "{s}");
 }

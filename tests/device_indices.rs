@@ -16,11 +16,23 @@ struct Launch {
 }
 
 fn launch(slots: &[i32], cu: &[i32]) -> (Launch, ffi::rssm_status) {
-    let dims = HeadDims { h: 1, hv: 2, k: 32, v: 32 };
+    let dims = HeadDims {
+        h: 1,
+        hv: 2,
+        k: 32,
+        v: 32,
+    };
     let data = RecurrentData::random(&spec(Variant::Gdn, dims, DType::F32, &[3, 2, 4]), 8);
     let n = data.num_tokens();
-    let mut l = Launch { o: ActBuffer::nan(DType::F32, n * dims.hv * dims.v), state: data.state.clone(), error_word: 0, data };
-    let GateData::Raw { a, b, a_log, dt_bias } = &l.data.gate else { unreachable!() };
+    let mut l = Launch {
+        o: ActBuffer::nan(DType::F32, n * dims.hv * dims.v),
+        state: data.state.clone(),
+        error_word: 0,
+        data,
+    };
+    let GateData::Raw { a, b, a_log, dt_bias } = &l.data.gate else {
+        unreachable!()
+    };
     let p = ffi::rssm_recurrent_params {
         q: l.data.q.as_bytes().as_ptr().cast(),
         k: l.data.k.as_bytes().as_ptr().cast(),
@@ -69,7 +81,11 @@ fn out_of_range_slot_is_skipped_and_flagged() {
     for garbage in [1_000_000, -7, i32::MAX, i32::MIN] {
         let (bad, st) = launch(&[0, garbage, 2], &cu);
         assert_eq!(st, ffi::rssm_status_RSSM_OK, "the launch itself is fine");
-        assert_eq!(bad.error_word, ffi::RSSM_DEVERR_SLOT_OUT_OF_RANGE, "slot {garbage} not flagged");
+        assert_eq!(
+            bad.error_word,
+            ffi::RSSM_DEVERR_SLOT_OUT_OF_RANGE,
+            "slot {garbage} not flagged"
+        );
         // Request 1 (tokens 3..5): zero outputs; other requests as in the good launch.
         let row = 64;
         for t in 0..9 {
@@ -101,9 +117,21 @@ fn garbage_seqlens_are_skipped_and_flagged() {
 fn can_implement_rejects_what_the_host_can_see() {
     let mut p = ffi::rssm_recurrent_params::default();
     // SAFETY: validation only reads the struct.
-    assert_eq!(unsafe { ffi::rssm_recurrent_can_implement(&p) }, ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT);
-    assert_eq!(unsafe { ffi::rssm_recurrent_can_implement(std::ptr::null()) }, ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT);
-    assert_eq!(unsafe { ffi::rssm_emu_recurrent(&p, std::ptr::null_mut()) }, ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT);
+    assert_eq!(
+        unsafe { ffi::rssm_recurrent_can_implement(&p) },
+        ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT
+    );
+    assert_eq!(
+        unsafe { ffi::rssm_recurrent_can_implement(std::ptr::null()) },
+        ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT
+    );
+    assert_eq!(
+        unsafe { ffi::rssm_emu_recurrent(&p, std::ptr::null_mut()) },
+        ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT
+    );
     p.K = 48;
-    assert_eq!(unsafe { ffi::rssm_recurrent_can_implement(&p) }, ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT);
+    assert_eq!(
+        unsafe { ffi::rssm_recurrent_can_implement(&p) },
+        ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT
+    );
 }

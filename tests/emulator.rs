@@ -15,14 +15,24 @@ fn removed_barrier_is_exposed_and_the_correct_kernel_passes() {
     let mut r = rng(1);
     let (n, blocks) = (128usize, 6usize);
     let input: Vec<f32> = (0..n * blocks).map(|_| r.gen_range(0.5f32..2.0)).collect();
-    let expected: Vec<f32> = (0..n * blocks).map(|i| 2.0 * input[(i / n) * n + (i % n + 1) % n]).collect();
+    let expected: Vec<f32> = (0..n * blocks)
+        .map(|i| 2.0 * input[(i / n) * n + (i % n + 1) % n])
+        .collect();
 
     let good = emu::rotate(&input, n, true).unwrap();
     assert_eq!(good, expected, "with the barrier the rotation must be exact");
 
     let broken = emu::rotate(&input, n, false).unwrap();
-    let wrong = broken.iter().zip(&expected).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-    assert!(wrong > 0, "without __syncthreads the emulator must expose the race, but all {} outputs were right", expected.len());
+    let wrong = broken
+        .iter()
+        .zip(&expected)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert!(
+        wrong > 0,
+        "without __syncthreads the emulator must expose the race, but all {} outputs were right",
+        expected.len()
+    );
 }
 
 #[test]
@@ -35,7 +45,10 @@ fn removed_barrier_in_a_static_shared_tree_reduction_is_exposed() {
     assert_eq!(emu::block_sum(&input, n, None).unwrap(), expected);
     for step in [0usize, 2, 4] {
         let broken = emu::block_sum(&input, n, Some(step)).unwrap();
-        assert_ne!(broken, expected, "removing the barrier after tree step {step} went unnoticed");
+        assert_ne!(
+            broken, expected,
+            "removing the barrier after tree step {step} went unnoticed"
+        );
     }
 }
 
@@ -54,7 +67,11 @@ fn shuffles_and_votes_follow_cuda_definitions() {
             for l in 0..32i32 {
                 let s = seg(l, width);
                 let li = l as usize;
-                assert_eq!(got.shfl[li], input[(s + arg % width) as usize], "shfl w={width} arg={arg} lane={l}");
+                assert_eq!(
+                    got.shfl[li],
+                    input[(s + arg % width) as usize],
+                    "shfl w={width} arg={arg} lane={l}"
+                );
                 let x = l ^ arg;
                 let x_src = if x >= s && x < s + width { x } else { l };
                 assert_eq!(got.xor[li], input[x_src as usize], "xor w={width} arg={arg} lane={l}");
@@ -82,7 +99,11 @@ fn warp_sum_gives_every_lane_the_same_bits_and_the_right_sum() {
         for off in [16, 8, 4, 2, 1] {
             x = (0..32).map(|l| x[l] + x[l ^ off]).collect();
         }
-        assert_eq!(got[w].to_bits(), x[0].to_bits(), "warp {w}: lanes disagree or the tree differs");
+        assert_eq!(
+            got[w].to_bits(),
+            x[0].to_bits(),
+            "warp {w}: lanes disagree or the tree differs"
+        );
         let exact: f64 = chunk.iter().map(|&v| v as f64).sum();
         assert!((got[w] as f64 - exact).abs() < 1e-5);
     }
@@ -109,7 +130,11 @@ fn invalid_launch_configurations_are_refused() {
     ] {
         let e = emu::launch(g, bx, by, smem).expect_err(why);
         assert_eq!(e.status, Status::Emulator);
-        assert!(e.message.contains("invalid launch configuration"), "{why}: {}", e.message);
+        assert!(
+            e.message.contains("invalid launch configuration"),
+            "{why}: {}",
+            e.message
+        );
     }
 }
 
@@ -126,13 +151,36 @@ fn divergent_collectives_and_deadlocks_are_reported_not_hung() {
 #[test]
 fn bf16_and_f16_conversions_round_to_nearest_even_like_half() {
     let mut r = rng(5);
-    let mut input: Vec<f32> = (0..20000).map(|_| f32::from_bits(r.gen::<u32>())).filter(|x| x.is_finite()).collect();
-    input.extend([0.0, -0.0, 1.0, 65504.0, 65520.0, 6.1e-5, 5.9e-8, 3.0e-8, 1e-40, f32::INFINITY, f32::MIN_POSITIVE]);
+    let mut input: Vec<f32> = (0..20000)
+        .map(|_| f32::from_bits(r.gen::<u32>()))
+        .filter(|x| x.is_finite())
+        .collect();
+    input.extend([
+        0.0,
+        -0.0,
+        1.0,
+        65504.0,
+        65520.0,
+        6.1e-5,
+        5.9e-8,
+        3.0e-8,
+        1e-40,
+        f32::INFINITY,
+        f32::MIN_POSITIVE,
+    ]);
     // Ties: bf16 halfway cases.
     input.extend([f32::from_bits(0x3f80_8000), f32::from_bits(0x3f81_8000)]);
     let (b, h) = emu::convert(&input);
     for (i, &x) in input.iter().enumerate() {
-        assert_eq!(b[i].to_bits(), half::bf16::from_f32(x).to_f32().to_bits(), "bf16 of {x:e}");
-        assert_eq!(h[i].to_bits(), half::f16::from_f32(x).to_f32().to_bits(), "f16 of {x:e}");
+        assert_eq!(
+            b[i].to_bits(),
+            half::bf16::from_f32(x).to_f32().to_bits(),
+            "bf16 of {x:e}"
+        );
+        assert_eq!(
+            h[i].to_bits(),
+            half::f16::from_f32(x).to_f32().to_bits(),
+            "f16 of {x:e}"
+        );
     }
 }

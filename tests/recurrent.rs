@@ -8,10 +8,42 @@ use replayssm::workload::{GateData, RecurrentData};
 use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
 
 const SHAPES: &[(HeadDims, &[usize])] = &[
-    (HeadDims { h: 2, hv: 2, k: 64, v: 32 }, &[3, 1, 5]),  // K != V
-    (HeadDims { h: 1, hv: 2, k: 32, v: 48 }, &[4, 2]),     // HV = 2H, V not a multiple of 16
-    (HeadDims { h: 1, hv: 1, k: 128, v: 128 }, &[16, 7]), // K = V = 128, T = 16
-    (HeadDims { h: 2, hv: 4, k: 256, v: 64 }, &[2, 3]),   // widest K, HV = 2H
+    (
+        HeadDims {
+            h: 2,
+            hv: 2,
+            k: 64,
+            v: 32,
+        },
+        &[3, 1, 5],
+    ), // K != V
+    (
+        HeadDims {
+            h: 1,
+            hv: 2,
+            k: 32,
+            v: 48,
+        },
+        &[4, 2],
+    ), // HV = 2H, V not a multiple of 16
+    (
+        HeadDims {
+            h: 1,
+            hv: 1,
+            k: 128,
+            v: 128,
+        },
+        &[16, 7],
+    ), // K = V = 128, T = 16
+    (
+        HeadDims {
+            h: 2,
+            hv: 4,
+            k: 256,
+            v: 64,
+        },
+        &[2, 3],
+    ), // widest K, HV = 2H
 ];
 
 /// The SPEC §6 rule for one backend run: elementwise tolerance, no NaN (outputs were
@@ -22,12 +54,25 @@ fn assert_passes(data: &RecurrentData, what: &str) {
     let naive = run(Backend::Reference, data, true).unwrap();
     let je = judge(data, &emu, tol);
     let jn = judge(data, &naive, tol);
-    println!("{what}: emulated o {} | state {} || naive o {:.2e} state {:.2e}", je.o, je.state, jn.o.max_abs_err, jn.state.max_abs_err);
+    println!(
+        "{what}: emulated o {} | state {} || naive o {:.2e} state {:.2e}",
+        je.o, je.state, jn.o.max_abs_err, jn.state.max_abs_err
+    );
     assert!(je.o.passed(), "{what}: outputs: {}", je.o);
     assert!(je.state.passed(), "{what}: state: {}", je.state);
     assert!(je.snapshots.passed(), "{what}: snapshots: {}", je.snapshots);
-    assert!(jn.o.passed() && jn.state.passed() && jn.snapshots.passed(), "{what}: naive f32 reference: {} / {}", jn.o, jn.state);
-    assert!(je.o.max_abs_err <= 2.0 * jn.o.max_abs_err, "{what}: output error {:.3e} > 2x naive {:.3e}", je.o.max_abs_err, jn.o.max_abs_err);
+    assert!(
+        jn.o.passed() && jn.state.passed() && jn.snapshots.passed(),
+        "{what}: naive f32 reference: {} / {}",
+        jn.o,
+        jn.state
+    );
+    assert!(
+        je.o.max_abs_err <= 2.0 * jn.o.max_abs_err,
+        "{what}: output error {:.3e} > 2x naive {:.3e}",
+        je.o.max_abs_err,
+        jn.o.max_abs_err
+    );
     assert!(
         je.state.max_abs_err <= 2.0 * jn.state.max_abs_err,
         "{what}: state error {:.3e} > 2x naive {:.3e}",
@@ -52,7 +97,12 @@ fn emulated_matches_f64_reference_at_all_shapes_variants_and_dtypes() {
 
 #[test]
 fn precomputed_gate_and_unnormalised_keys() {
-    let dims = HeadDims { h: 2, hv: 4, k: 64, v: 64 };
+    let dims = HeadDims {
+        h: 2,
+        hv: 4,
+        k: 64,
+        v: 64,
+    };
     for variant in [Variant::Gdn, Variant::Kda] {
         for (raw_gate, qk_l2norm) in [(false, true), (false, false), (true, false)] {
             let mut s = spec(variant, dims, DType::F32, &[5, 3]);
@@ -66,7 +116,12 @@ fn precomputed_gate_and_unnormalised_keys() {
 
 #[test]
 fn null_slots_get_zero_outputs_and_touch_nothing() {
-    let dims = HeadDims { h: 1, hv: 2, k: 64, v: 32 };
+    let dims = HeadDims {
+        h: 1,
+        hv: 2,
+        k: 64,
+        v: 32,
+    };
     let mut s = spec(Variant::Gdn, dims, DType::BF16, &[3, 4, 2, 5]);
     s.null_requests = vec![1, 3];
     s.spare_slots = 3;
@@ -80,11 +135,18 @@ fn null_slots_get_zero_outputs_and_touch_nothing() {
             let (bos, eos) = (data.cu_seqlens[req] as usize, data.cu_seqlens[req + 1] as usize);
             for tok in bos..eos {
                 for i in 0..row {
-                    assert_eq!(r.o.get(tok * row + i).to_bits(), 0, "{backend}: null request {req} output not zero");
+                    assert_eq!(
+                        r.o.get(tok * row + i).to_bits(),
+                        0,
+                        "{backend}: null request {req} output not zero"
+                    );
                 }
             }
             let snaps = &r.snapshots[req * t * per_slot..(req + 1) * t * per_slot];
-            assert!(snaps.iter().all(|x| x.is_nan()), "{backend}: snapshots of a null request were written");
+            assert!(
+                snaps.iter().all(|x| x.is_nan()),
+                "{backend}: snapshots of a null request were written"
+            );
         }
         // Slots no live request uses keep their exact bits.
         let live: Vec<usize> = data.slots.iter().filter(|&&x| x >= 0).map(|&x| x as usize).collect();
@@ -92,7 +154,10 @@ fn null_slots_get_zero_outputs_and_touch_nothing() {
             if !live.contains(&slot) {
                 let range = slot * per_slot..(slot + 1) * per_slot;
                 assert!(
-                    r.state[range.clone()].iter().zip(&data.state[range]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    r.state[range.clone()]
+                        .iter()
+                        .zip(&data.state[range])
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
                     "{backend}: untouched slot {slot} changed"
                 );
             }
@@ -104,7 +169,12 @@ fn null_slots_get_zero_outputs_and_touch_nothing() {
 
 #[test]
 fn without_write_back_the_pool_stays_bit_identical() {
-    let dims = HeadDims { h: 2, hv: 2, k: 32, v: 32 };
+    let dims = HeadDims {
+        h: 2,
+        hv: 2,
+        k: 32,
+        v: 32,
+    };
     let data = RecurrentData::random(&spec(Variant::Kda, dims, DType::F16, &[4, 4]), 9);
     let n = data.num_tokens();
     let mut o = ActBuffer::nan(DType::F16, n * dims.hv * dims.v);
@@ -112,7 +182,12 @@ fn without_write_back_the_pool_stays_bit_identical() {
     replayssm::recurrent(
         Backend::Emulated,
         &data.inputs(),
-        &mut RecurrentOutputs { o: o.dense_mut(n, dims.hv * dims.v), state: &mut state, write_state: false, snapshots: None },
+        &mut RecurrentOutputs {
+            o: o.dense_mut(n, dims.hv * dims.v),
+            state: &mut state,
+            write_state: false,
+            snapshots: None,
+        },
     )
     .unwrap();
     assert!(state.iter().zip(&data.state).all(|(a, b)| a.to_bits() == b.to_bits()));
@@ -122,7 +197,12 @@ fn without_write_back_the_pool_stays_bit_identical() {
 #[test]
 fn strided_views_into_one_packed_mixed_qkv_row() {
     // mixed_qkv rows: q | k | v | padding, as engines lay them out; outputs strided too.
-    let dims = HeadDims { h: 2, hv: 4, k: 64, v: 32 };
+    let dims = HeadDims {
+        h: 2,
+        hv: 4,
+        k: 64,
+        v: 32,
+    };
     let data = RecurrentData::random(&spec(Variant::Gdn, dims, DType::BF16, &[3, 6]), 21);
     let n = data.num_tokens();
     let (qk, vw) = (dims.h * dims.k, dims.hv * dims.v);
@@ -146,15 +226,27 @@ fn strided_views_into_one_packed_mixed_qkv_row() {
     replayssm::recurrent(
         Backend::Emulated,
         &inp,
-        &mut RecurrentOutputs { o: o.view_mut(0, n, vw, o_stride), state: &mut state, write_state: true, snapshots: None },
+        &mut RecurrentOutputs {
+            o: o.view_mut(0, n, vw, o_stride),
+            state: &mut state,
+            write_state: true,
+            snapshots: None,
+        },
     )
     .unwrap();
     for t in 0..n {
         for i in 0..vw {
-            assert_eq!(o.get(t * o_stride + i).to_bits(), dense.o.get(t * vw + i).to_bits(), "token {t} elem {i}");
+            assert_eq!(
+                o.get(t * o_stride + i).to_bits(),
+                dense.o.get(t * vw + i).to_bits(),
+                "token {t} elem {i}"
+            );
         }
         for i in vw..o_stride {
-            assert!(o.get(t * o_stride + i).is_nan(), "padding between strided outputs was written");
+            assert!(
+                o.get(t * o_stride + i).is_nan(),
+                "padding between strided outputs was written"
+            );
         }
     }
     assert!(state.iter().zip(&dense.state).all(|(a, b)| a.to_bits() == b.to_bits()));
@@ -162,7 +254,12 @@ fn strided_views_into_one_packed_mixed_qkv_row() {
 
 /// Runs with one input broken by `mutate`, expecting a typed error and untouched outputs.
 fn expect_error(backend: Backend, mutate: impl FnOnce(&mut RecurrentData), check: impl Fn(&Error) -> bool, what: &str) {
-    let dims = HeadDims { h: 2, hv: 4, k: 64, v: 32 };
+    let dims = HeadDims {
+        h: 2,
+        hv: 4,
+        k: 64,
+        v: 32,
+    };
     let mut data = RecurrentData::random(&spec(Variant::Gdn, dims, DType::F32, &[3, 2]), 3);
     mutate(&mut data);
     let n = data.num_tokens();
@@ -171,28 +268,91 @@ fn expect_error(backend: Backend, mutate: impl FnOnce(&mut RecurrentData), check
     let err = replayssm::recurrent(
         backend,
         &data.inputs(),
-        &mut RecurrentOutputs { o: o.dense_mut(n, dims.hv * dims.v), state: &mut state, write_state: true, snapshots: None },
+        &mut RecurrentOutputs {
+            o: o.dense_mut(n, dims.hv * dims.v),
+            state: &mut state,
+            write_state: true,
+            snapshots: None,
+        },
     )
     .expect_err(what);
     println!("{what}: {err}");
     assert!(check(&err), "{what}: unexpected error {err:?}");
-    assert!(o.to_f32().iter().all(|x| x.is_nan()), "{what}: outputs written despite the error");
-    assert!(state.iter().zip(&data.state).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: state changed");
+    assert!(
+        o.to_f32().iter().all(|x| x.is_nan()),
+        "{what}: outputs written despite the error"
+    );
+    assert!(
+        state.iter().zip(&data.state).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "{what}: state changed"
+    );
 }
 
 #[test]
 fn bad_inputs_are_typed_errors_before_launch() {
     for backend in [Backend::Emulated, Backend::Reference] {
-        expect_error(backend, |d| d.slots[1] = 99, |e| matches!(e, Error::SlotOutOfRange { index: 1, slot: 99, .. }), "slot out of range");
-        expect_error(backend, |d| d.slots[0] = -2, |e| matches!(e, Error::SlotOutOfRange { .. }), "negative slot");
-        expect_error(backend, |d| d.slots[1] = d.slots[0], |e| matches!(e, Error::DuplicateSlot { .. }), "duplicate live slot");
-        expect_error(backend, |d| d.q = ActBuffer::F32(d.q.to_f32()[..d.q.len() - 64].to_vec()), |e| matches!(e, Error::OutOfBounds { tensor: "q", .. }), "q too short");
-        expect_error(backend, |d| d.k = ActBuffer::from_f32(DType::BF16, &d.k.to_f32()), |e| matches!(e, Error::DType { tensor: "k", .. }), "k dtype");
-        expect_error(backend, |d| d.cu_seqlens[1] = 7, |e| matches!(e, Error::SeqLens(_)), "cu_seqlens decreasing");
-        expect_error(backend, |d| d.cu_seqlens[0] = 1, |e| matches!(e, Error::SeqLens(_)), "cu_seqlens not starting at 0");
-        expect_error(backend, |d| { d.state.pop(); }, |e| matches!(e, Error::Shape { tensor: "state", .. }), "state pool size");
-        expect_error(backend, |d| d.dims.hv = 3, |e| matches!(e, Error::Dims(_)), "HV not a multiple of H");
-        expect_error(backend, |d| d.scale = f32::NAN, |e| matches!(e, Error::InvalidValue { what: "scale", .. }), "NaN scale");
+        expect_error(
+            backend,
+            |d| d.slots[1] = 99,
+            |e| matches!(e, Error::SlotOutOfRange { index: 1, slot: 99, .. }),
+            "slot out of range",
+        );
+        expect_error(
+            backend,
+            |d| d.slots[0] = -2,
+            |e| matches!(e, Error::SlotOutOfRange { .. }),
+            "negative slot",
+        );
+        expect_error(
+            backend,
+            |d| d.slots[1] = d.slots[0],
+            |e| matches!(e, Error::DuplicateSlot { .. }),
+            "duplicate live slot",
+        );
+        expect_error(
+            backend,
+            |d| d.q = ActBuffer::F32(d.q.to_f32()[..d.q.len() - 64].to_vec()),
+            |e| matches!(e, Error::OutOfBounds { tensor: "q", .. }),
+            "q too short",
+        );
+        expect_error(
+            backend,
+            |d| d.k = ActBuffer::from_f32(DType::BF16, &d.k.to_f32()),
+            |e| matches!(e, Error::DType { tensor: "k", .. }),
+            "k dtype",
+        );
+        expect_error(
+            backend,
+            |d| d.cu_seqlens[1] = 7,
+            |e| matches!(e, Error::SeqLens(_)),
+            "cu_seqlens decreasing",
+        );
+        expect_error(
+            backend,
+            |d| d.cu_seqlens[0] = 1,
+            |e| matches!(e, Error::SeqLens(_)),
+            "cu_seqlens not starting at 0",
+        );
+        expect_error(
+            backend,
+            |d| {
+                d.state.pop();
+            },
+            |e| matches!(e, Error::Shape { tensor: "state", .. }),
+            "state pool size",
+        );
+        expect_error(
+            backend,
+            |d| d.dims.hv = 3,
+            |e| matches!(e, Error::Dims(_)),
+            "HV not a multiple of H",
+        );
+        expect_error(
+            backend,
+            |d| d.scale = f32::NAN,
+            |e| matches!(e, Error::InvalidValue { what: "scale", .. }),
+            "NaN scale",
+        );
         expect_error(
             backend,
             |d| {
@@ -214,14 +374,27 @@ fn bad_inputs_are_typed_errors_before_launch() {
             d.k = d.q.clone();
             d.state = vec![0.1; 6 * 4 * 32 * 48];
         },
-        |e| matches!(e, Error::Unsupported { backend: Backend::Emulated, .. }),
+        |e| {
+            matches!(
+                e,
+                Error::Unsupported {
+                    backend: Backend::Emulated,
+                    ..
+                }
+            )
+        },
         "K = 48 on the emulated kernel",
     );
 }
 
 #[test]
 fn stride_smaller_than_a_row_is_refused() {
-    let dims = HeadDims { h: 2, hv: 4, k: 64, v: 32 };
+    let dims = HeadDims {
+        h: 2,
+        hv: 4,
+        k: 64,
+        v: 32,
+    };
     let data = RecurrentData::random(&spec(Variant::Gdn, dims, DType::F32, &[3, 2]), 4);
     let n = data.num_tokens();
     let mut inp = data.inputs();
@@ -231,17 +404,46 @@ fn stride_smaller_than_a_row_is_refused() {
     let err = replayssm::recurrent(
         Backend::Emulated,
         &inp,
-        &mut RecurrentOutputs { o: o.dense_mut(n, dims.hv * dims.v), state: &mut state, write_state: true, snapshots: None },
+        &mut RecurrentOutputs {
+            o: o.dense_mut(n, dims.hv * dims.v),
+            state: &mut state,
+            write_state: true,
+            snapshots: None,
+        },
     )
     .unwrap_err();
-    assert!(matches!(err, Error::StrideTooSmall { tensor: "v", stride: 127, row: 128 }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::StrideTooSmall {
+                tensor: "v",
+                stride: 127,
+                row: 128
+            }
+        ),
+        "{err:?}"
+    );
     // And a snapshot buffer of the wrong size.
     let mut snaps = vec![0f32; 5];
     let err = replayssm::recurrent(
         Backend::Emulated,
         &data.inputs(),
-        &mut RecurrentOutputs { o: o.dense_mut(n, dims.hv * dims.v), state: &mut state, write_state: true, snapshots: Some(&mut snaps) },
+        &mut RecurrentOutputs {
+            o: o.dense_mut(n, dims.hv * dims.v),
+            state: &mut state,
+            write_state: true,
+            snapshots: Some(&mut snaps),
+        },
     )
     .unwrap_err();
-    assert!(matches!(err, Error::Shape { tensor: "snapshots", .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::Shape {
+                tensor: "snapshots",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }

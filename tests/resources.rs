@@ -13,13 +13,35 @@ fn no_kernel_spills_or_uses_a_stack_frame() {
         return;
     }
     let report = build_info::kernel_resources();
-    let recurrent: Vec<_> = report.iter().filter(|r| r.kernel.contains("recurrent_kernel")).collect();
+    let recurrent: Vec<_> = report
+        .iter()
+        .filter(|r| r.kernel.contains("recurrent_kernel"))
+        .collect();
     // 4 head dims x 3 dtypes x 2 variants, on every SASS architecture compiled.
     let archs = build_info::CUDA_ARCHS.split(',').count();
-    assert_eq!(recurrent.len(), 24 * archs, "kernel R instantiations in the report: {recurrent:#?}");
-    assert!(recurrent.iter().any(|r| r.arch == "sm_90"), "no sm_90 SASS in the report");
+    assert_eq!(
+        recurrent.len(),
+        24 * archs,
+        "kernel R instantiations in the report: {recurrent:#?}"
+    );
+    assert!(
+        recurrent.iter().any(|r| r.arch == "sm_90"),
+        "no sm_90 SASS in the report"
+    );
     for r in &report {
-        assert_eq!((r.stack_bytes, r.spill_stores, r.spill_loads), (0, 0, 0), "{} on {}: stack/spills", r.kernel, r.arch);
-        assert!(r.registers > 0 && r.registers <= 255, "{} on {}: {} registers", r.kernel, r.arch, r.registers);
+        assert_eq!(
+            (r.stack_bytes, r.spill_stores, r.spill_loads),
+            (0, 0, 0),
+            "{} on {}: stack/spills",
+            r.kernel,
+            r.arch
+        );
+        assert!(
+            r.registers > 0 && r.registers <= 255,
+            "{} on {}: {} registers",
+            r.kernel,
+            r.arch,
+            r.registers
+        );
     }
 }

@@ -66,7 +66,13 @@ pub fn run(backend: Backend, data: &RecurrentData, snapshots: bool) -> replayssm
     let d = data.dims;
     let n = data.num_tokens();
     let batch = data.cu_seqlens.len() - 1;
-    let t = data.cu_seqlens.windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(1).max(1);
+    let t = data
+        .cu_seqlens
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as usize)
+        .max()
+        .unwrap_or(1)
+        .max(1);
     let mut o = ActBuffer::nan(data.dtype, n * d.hv * d.v);
     let mut state = data.state.clone();
     let mut snaps = vec![f32::NAN; if snapshots { batch * t * d.state_elems() } else { 0 }];
@@ -77,7 +83,11 @@ pub fn run(backend: Backend, data: &RecurrentData, snapshots: bool) -> replayssm
         snapshots: snapshots.then_some(&mut snaps[..]),
     };
     replayssm::recurrent(backend, &data.inputs(), &mut out)?;
-    Ok(Run { o, state, snapshots: snaps })
+    Ok(Run {
+        o,
+        state,
+        snapshots: snaps,
+    })
 }
 
 /// Errors of one backend run against the f64 reference.
@@ -95,7 +105,13 @@ pub fn judge(data: &RecurrentData, run: &Run, out_tol: Tolerance) -> Judgement {
     let f64ref = reference::recurrent::<f64>(&data.inputs(), &data.state);
     let mut expected_pool: Vec<f64> = data.state.iter().map(|&x| x as f64).collect();
     let batch = data.cu_seqlens.len() - 1;
-    let t = data.cu_seqlens.windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(1).max(1);
+    let t = data
+        .cu_seqlens
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as usize)
+        .max()
+        .unwrap_or(1)
+        .max(1);
     let (mut snap_got, mut snap_ref) = (vec![], vec![]);
     for r in 0..batch {
         if let Some(s) = &f64ref.final_state[r] {
