@@ -1,7 +1,8 @@
 //! Builds the kernels twice from the same sources:
 //! - `replayssm_host`: the launch layer compiled by the host C++ compiler against the SIMT
 //!   emulator (csrc/emu), plus host-only C entry points. Always built.
-//! - `replayssm_cuda`: the launch layer compiled by nvcc to SASS (sm_80, sm_90, sm_100) plus
+//! - `replayssm_cuda`: the launch layer compiled by nvcc to SASS (sm_90; more with
+//!   `REPLAYSSM_CUDA_ARCHS="80;90;100"`) plus
 //!   compute_90 PTX, linked with cudart_static. Built when nvcc is found; `REPLAYSSM_REQUIRE_CUDA=1`
 //!   turns a missing nvcc into an error. The `-Xptxas -v` report of every kernel is parsed into
 //!   `$OUT_DIR/kernel_resources.tsv`. `REPLAYSSM_NO_CUDA=1` skips it (emulated backend only).
@@ -121,7 +122,7 @@ fn build_cuda(root: &Path, out: &Path, nvcc: &Path, kernels: &[PathBuf]) -> Cuda
         .and_then(|s| s.lines().find(|l| l.contains("release")).map(|l| l.trim().to_string()))
         .unwrap_or_else(|| "unknown".into());
     let archs: Vec<String> = env::var("REPLAYSSM_CUDA_ARCHS")
-        .unwrap_or_else(|_| "80;90;100".into())
+        .unwrap_or_else(|_| "90".into())
         .split([';', ','])
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())

@@ -21,3 +21,15 @@ assert_layout!(rssm_recurrent_params, size = 224, {
     H = 184, HV = 188, K = 192, V = 196, scale = 200, dtype = 204, variant = 208,
     qk_l2norm = 212, write_state = 216, reserved = 220,
 });
+
+assert_layout!(rssm_verify_params, size = 256, {
+    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, cu_seqlens = 72, slots = 80, state = 88, o = 96, ring_v = 104, ring_k = 112, ring_g = 120, ring_beta = 128, error_word = 136, q_stride = 144, k_stride = 152, v_stride = 160, a_stride = 168, b_stride = 176, o_stride = 184, num_tokens = 192, batch = 196, max_seqlen = 200, num_slots = 204, num_layers = 208, layer = 212, window = 216, H = 220, HV = 224, K = 228, V = 232, scale = 236, dtype = 240, variant = 244, qk_l2norm = 248, reserved = 252,
+});
+
+assert_layout!(rssm_fold_params, size = 128, {
+    state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, accept_lens = 48, track_slots = 56, track_steps = 64, error_word = 72, batch = 80, num_slots = 84, num_layers = 88, window = 92, H = 96, HV = 100, K = 104, V = 108, dtype = 112, variant = 116, qk_l2norm = 120, reserved = 124,
+});
+
+assert_layout!(rssm_replay_params, size = 112, {
+    state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, counts = 48, error_word = 56, batch = 64, num_slots = 68, num_layers = 72, layer = 76, window = 80, H = 84, HV = 88, K = 92, V = 96, dtype = 100, variant = 104, qk_l2norm = 108,
+});

@@ -15,6 +15,7 @@ pub mod dtype;
 pub mod emulator;
 pub mod error;
 pub mod ffi;
+mod launch;
 pub mod numerics;
 pub mod problem;
 pub mod recurrent;

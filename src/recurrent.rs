@@ -7,8 +7,9 @@
 
 use crate::backend::Backend;
 use crate::dtype::{ActView, ActViewMut};
-use crate::error::{Error, Result, Status};
+use crate::error::{Error, Result};
 use crate::ffi;
+use crate::launch::{check_error_word, check_status, elem_ptr, launch, Memory};
 use crate::problem::{
     check_dtype, check_len, check_seqlens, check_slots, check_view, check_view_mut, Gate, HeadDims, Variant,
 };
@@ -147,64 +148,116 @@ pub fn recurrent(backend: Backend, inp: &RecurrentInputs<'_>, out: &mut Recurren
     let plan = validate(backend, inp, out)?;
     match backend {
         Backend::Reference => reference::recurrent_into(inp, &plan, out),
-        Backend::Emulated => run_emulated(inp, &plan, out)?,
-        Backend::Cuda => run_cuda(inp, &plan, out)?,
+        Backend::Emulated | Backend::Cuda => run_kernel(backend, inp, &plan, out)?,
     }
     Ok(plan)
 }
 
-/// Pointers of one launch (host memory for the emulator, device memory for CUDA).
-struct Pointers {
-    q: *const u8,
-    k: *const u8,
-    v: *const u8,
-    a: *const u8,
-    b: *const u8,
-    a_log: *const f32,
-    dt_bias: *const f32,
-    g: *const f32,
-    beta: *const f32,
-    cu_seqlens: *const i32,
-    slots: *const i32,
-    state: *mut f32,
-    snapshots: *mut f32,
-    o: *mut u8,
-    error_word: *mut u32,
+/// Device pointers of the token inputs shared by kernels R and V.
+pub(crate) struct TokenPtrs {
+    pub q: *const u8,
+    pub k: *const u8,
+    pub v: *const u8,
+    pub a: *const u8,
+    pub b: *const u8,
+    pub a_log: *const f32,
+    pub dt_bias: *const f32,
+    pub g: *const f32,
+    pub beta: *const f32,
+    pub cu_seqlens: *const i32,
+    pub slots: *const i32,
+    pub a_stride: i64,
+    pub b_stride: i64,
 }
 
-fn params(
+fn view_input(mem: &mut Memory, v: &ActView<'_>) -> Result<*const u8> {
+    Ok(elem_ptr(mem.input(v.buf.as_bytes())?, v.offset, v.dtype().size()))
+}
+
+/// Stages the token inputs (q, k, v, gate, cu_seqlens, slots) of R or V.
+pub(crate) fn stage_tokens(mem: &mut Memory, inp: &RecurrentInputs<'_>) -> Result<TokenPtrs> {
+    let null = std::ptr::null();
+    let (a, b, a_log, dt_bias, g, beta, a_stride, b_stride) = match inp.gate {
+        Gate::Raw { a, b, a_log, dt_bias } => (
+            view_input(mem, &a)?,
+            view_input(mem, &b)?,
+            mem.input(a_log)?,
+            mem.input(dt_bias)?,
+            null,
+            null,
+            a.stride as i64,
+            b.stride as i64,
+        ),
+        Gate::Precomputed { g, beta } => (
+            std::ptr::null(),
+            std::ptr::null(),
+            null,
+            null,
+            mem.input(g)?,
+            mem.input(beta)?,
+            0,
+            0,
+        ),
+    };
+    Ok(TokenPtrs {
+        q: view_input(mem, &inp.q)?,
+        k: view_input(mem, &inp.k)?,
+        v: view_input(mem, &inp.v)?,
+        a,
+        b,
+        a_log,
+        dt_bias,
+        g,
+        beta,
+        cu_seqlens: mem.input(inp.cu_seqlens)?,
+        slots: mem.input(inp.slots)?,
+        a_stride,
+        b_stride,
+    })
+}
+
+/// Stages an output view; returns the pointer to its first element.
+pub(crate) fn stage_output_view(mem: &mut Memory, o: &mut ActViewMut<'_>) -> Result<*mut u8> {
+    let size = o.dtype().size();
+    let offset = o.offset;
+    Ok(mem.output(o.buf.as_bytes_mut())?.wrapping_add(offset * size))
+}
+
+fn run_kernel(
+    backend: Backend,
     inp: &RecurrentInputs<'_>,
     plan: &RecurrentPlan,
-    write_state: bool,
-    p: Pointers,
-) -> ffi::rssm_recurrent_params {
+    out: &mut RecurrentOutputs<'_>,
+) -> Result<()> {
     let d = inp.dims;
-    let (a_stride, b_stride) = match inp.gate {
-        Gate::Raw { a, b, .. } => (a.stride as i64, b.stride as i64),
-        Gate::Precomputed { .. } => (0, 0),
-    };
-    ffi::rssm_recurrent_params {
-        q: p.q.cast(),
-        k: p.k.cast(),
-        v: p.v.cast(),
-        a: p.a.cast(),
-        b: p.b.cast(),
-        A_log: p.a_log,
-        dt_bias: p.dt_bias,
-        g: p.g,
-        beta: p.beta,
-        cu_seqlens: p.cu_seqlens,
-        slots: p.slots,
-        state: p.state,
-        snapshots: p.snapshots,
-        o: p.o.cast(),
-        error_word: p.error_word,
+    let mut mem = Memory::for_backend(backend)?;
+    let mut word = [0u32];
+    let t = stage_tokens(&mut mem, inp)?;
+    let params = ffi::rssm_recurrent_params {
+        q: t.q.cast(),
+        k: t.k.cast(),
+        v: t.v.cast(),
+        a: t.a.cast(),
+        b: t.b.cast(),
+        A_log: t.a_log,
+        dt_bias: t.dt_bias,
+        g: t.g,
+        beta: t.beta,
+        cu_seqlens: t.cu_seqlens,
+        slots: t.slots,
+        state: mem.output(out.state)?,
+        snapshots: match out.snapshots.as_deref_mut() {
+            Some(s) => mem.output(s)?,
+            None => std::ptr::null_mut(),
+        },
+        o: stage_output_view(&mut mem, &mut out.o)?.cast(),
+        error_word: mem.output(&mut word)?,
         q_stride: inp.q.stride as i64,
         k_stride: inp.k.stride as i64,
         v_stride: inp.v.stride as i64,
-        a_stride,
-        b_stride,
-        o_stride: 0, // set by the caller from the output view
+        a_stride: t.a_stride,
+        b_stride: t.b_stride,
+        o_stride: out.o.stride as i64,
         num_tokens: plan.num_tokens as i32,
         batch: plan.batch as i32,
         max_seqlen: plan.max_seqlen as i32,
@@ -217,217 +270,13 @@ fn params(
         dtype: inp.q.dtype().to_ffi(),
         variant: inp.variant.to_ffi(),
         qk_l2norm: inp.qk_l2norm as i32,
-        write_state: write_state as i32,
+        write_state: out.write_state as i32,
         reserved: 0,
-    }
-}
-
-fn view_ptr(v: &ActView<'_>) -> *const u8 {
-    // Offset within bounds: checked by validate().
-    v.buf.as_bytes()[v.offset * v.dtype().size()..].as_ptr()
-}
-
-fn emulator_error(kernel: &'static str, status: Status) -> Error {
-    // SAFETY: returns a NUL-terminated thread-local string owned by the emulator.
-    let message = unsafe { std::ffi::CStr::from_ptr(ffi::rssm_emu_last_error()) }
-        .to_string_lossy()
-        .into_owned();
-    Error::Kernel {
-        kernel,
-        status,
-        message: if message.is_empty() {
-            "rejected by rssm_recurrent_can_implement".into()
-        } else {
-            message
-        },
-    }
-}
-
-fn run_emulated(inp: &RecurrentInputs<'_>, plan: &RecurrentPlan, out: &mut RecurrentOutputs<'_>) -> Result<()> {
-    let mut error_word = 0u32;
-    let (a, b, a_log, dt_bias, g, beta) = gate_host_ptrs(&inp.gate);
-    let o_offset = out.o.offset * out.o.dtype().size();
-    let o_stride = out.o.stride as i64;
-    let snapshots = out
-        .snapshots
-        .as_deref_mut()
-        .map_or(std::ptr::null_mut(), |s| s.as_mut_ptr());
-    let mut p = params(
-        inp,
-        plan,
-        out.write_state,
-        Pointers {
-            q: view_ptr(&inp.q),
-            k: view_ptr(&inp.k),
-            v: view_ptr(&inp.v),
-            a,
-            b,
-            a_log,
-            dt_bias,
-            g,
-            beta,
-            cu_seqlens: inp.cu_seqlens.as_ptr(),
-            slots: inp.slots.as_ptr(),
-            state: out.state.as_mut_ptr(),
-            snapshots,
-            o: out.o.buf.as_bytes_mut()[o_offset..].as_mut_ptr(),
-            error_word: &mut error_word,
-        },
-    );
-    p.o_stride = o_stride;
-    // SAFETY: every pointer covers the extent validate() checked; the emulator is synchronous.
-    let st = unsafe { ffi::rssm_emu_recurrent(&p, std::ptr::null_mut()) };
-    Status::check(st).map_err(|s| emulator_error("recurrent", s))?;
-    if error_word != 0 {
-        return Err(Error::DeviceReported {
-            kernel: "recurrent",
-            bits: error_word,
-        });
-    }
-    Ok(())
-}
-
-type GatePtrs = (*const u8, *const u8, *const f32, *const f32, *const f32, *const f32);
-
-fn gate_host_ptrs(gate: &Gate<'_>) -> GatePtrs {
-    use std::ptr::null;
-    match gate {
-        Gate::Raw { a, b, a_log, dt_bias } => (
-            view_ptr(a),
-            view_ptr(b),
-            a_log.as_ptr(),
-            dt_bias.as_ptr(),
-            null(),
-            null(),
-        ),
-        Gate::Precomputed { g, beta } => (null(), null(), null(), null(), g.as_ptr(), beta.as_ptr()),
-    }
-}
-
-#[cfg(not(replayssm_cuda))]
-fn run_cuda(_: &RecurrentInputs<'_>, _: &RecurrentPlan, _: &mut RecurrentOutputs<'_>) -> Result<()> {
-    Err(Error::BackendUnavailable {
-        backend: Backend::Cuda,
-        reason: crate::cuda::device().err().unwrap_or_default(),
-    })
-}
-
-#[cfg(replayssm_cuda)]
-fn run_cuda(inp: &RecurrentInputs<'_>, plan: &RecurrentPlan, out: &mut RecurrentOutputs<'_>) -> Result<()> {
-    use crate::cuda::{device, DeviceBuffer};
-    use crate::dtype::bytes_of;
-
-    device().map_err(|reason| Error::BackendUnavailable {
-        backend: Backend::Cuda,
-        reason,
-    })?;
-    let upload_view = |v: &ActView<'_>| -> Result<(DeviceBuffer, usize)> {
-        Ok((DeviceBuffer::from_bytes(v.buf.as_bytes())?, v.offset * v.dtype().size()))
     };
-    let at = |b: &(DeviceBuffer, usize)| -> *const u8 {
-        // The offset is within the allocation (validated).
-        b.0.ptr().cast::<u8>().wrapping_add(b.1)
-    };
-    let q = upload_view(&inp.q)?;
-    let k = upload_view(&inp.k)?;
-    let v = upload_view(&inp.v)?;
-    let cu = DeviceBuffer::from_bytes(bytes_of(inp.cu_seqlens))?;
-    let slots = DeviceBuffer::from_bytes(bytes_of(inp.slots))?;
-    let state = DeviceBuffer::from_bytes(bytes_of(out.state))?;
-    let o = DeviceBuffer::from_bytes(out.o.buf.as_bytes())?;
-    let err = DeviceBuffer::from_bytes(bytes_of(&[0u32]))?;
-    let snaps = match out.snapshots.as_deref() {
-        Some(s) => Some(DeviceBuffer::from_bytes(bytes_of(s))?),
-        None => None,
-    };
-    let null = std::ptr::null();
-    let (gate_bufs, a, b, a_log, dt_bias, g, beta);
-    match inp.gate {
-        Gate::Raw {
-            a: av,
-            b: bv,
-            a_log: al,
-            dt_bias: db,
-        } => {
-            let bufs = (
-                upload_view(&av)?,
-                upload_view(&bv)?,
-                DeviceBuffer::from_bytes(bytes_of(al))?,
-                DeviceBuffer::from_bytes(bytes_of(db))?,
-            );
-            (a, b, a_log, dt_bias, g, beta) = (
-                at(&bufs.0),
-                at(&bufs.1),
-                bufs.2.ptr() as *const f32,
-                bufs.3.ptr() as *const f32,
-                null,
-                null,
-            );
-            gate_bufs = vec![bufs.0 .0, bufs.1 .0, bufs.2, bufs.3];
-        }
-        Gate::Precomputed { g: gv, beta: bv } => {
-            let (gb, bb) = (
-                DeviceBuffer::from_bytes(bytes_of(gv))?,
-                DeviceBuffer::from_bytes(bytes_of(bv))?,
-            );
-            (a, b, a_log, dt_bias, g, beta) = (
-                std::ptr::null(),
-                std::ptr::null(),
-                null,
-                null,
-                gb.ptr() as *const f32,
-                bb.ptr() as *const f32,
-            );
-            gate_bufs = vec![gb, bb];
-        }
-    }
-    let o_offset = out.o.offset * out.o.dtype().size();
-    let mut p = params(
-        inp,
-        plan,
-        out.write_state,
-        Pointers {
-            q: at(&q),
-            k: at(&k),
-            v: at(&v),
-            a,
-            b,
-            a_log,
-            dt_bias,
-            g,
-            beta,
-            cu_seqlens: cu.ptr() as *const i32,
-            slots: slots.ptr() as *const i32,
-            state: state.ptr() as *mut f32,
-            snapshots: snaps.as_ref().map_or(std::ptr::null_mut(), |s| s.ptr() as *mut f32),
-            o: o.ptr().cast::<u8>().wrapping_add(o_offset),
-            error_word: err.ptr() as *mut u32,
-        },
-    );
-    p.o_stride = out.o.stride as i64;
-    // SAFETY: device buffers cover the validated extents; null stream = legacy default stream.
-    let st = unsafe { ffi::rssm_recurrent(&p, std::ptr::null_mut()) };
-    Status::check(st).map_err(|status| Error::Kernel {
-        kernel: "recurrent",
-        status,
-        message: crate::cuda::error_string(unsafe { ffi::rssm_cuda_last_error() }),
-    })?;
-    crate::cuda::synchronize()?;
-    o.copy_to(out.o.buf.as_bytes_mut())?;
-    state.copy_to(crate::dtype::bytes_of_mut(out.state))?;
-    if let (Some(d), Some(h)) = (&snaps, out.snapshots.as_deref_mut()) {
-        d.copy_to(crate::dtype::bytes_of_mut(h))?;
-    }
-    let mut word = [0u32];
-    err.copy_to(crate::dtype::bytes_of_mut(&mut word))?;
-    drop(gate_bufs);
-    if word[0] != 0 {
-        return Err(Error::DeviceReported {
-            kernel: "recurrent",
-            bits: word[0],
-        });
-    }
-    Ok(())
+    let st = launch!(backend, rssm_recurrent, rssm_emu_recurrent, &params);
+    check_status("recurrent", backend, st)?;
+    mem.finish()?;
+    check_error_word("recurrent", word[0])
 }
 
 /// The default `scale`: `K^-0.5`.

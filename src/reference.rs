@@ -117,29 +117,46 @@ pub struct RecurrentResult<R> {
     pub snapshots: Vec<Option<Vec<R>>>,
 }
 
-/// The gate of token `tok`, value head `hv`: decay factors `exp(g)` and beta.
-fn gate_at<R: Real>(gate: &Gate<'_>, variant: Variant, dims: &HeadDims, tok: usize, hv: usize) -> (Vec<R>, R) {
+/// The gate of token `tok`, value head `hv`: log decays `g` (1 or K of them) and beta, exactly
+/// as the spec ring stores them.
+pub(crate) fn gate_at<R: Real>(
+    gate: &Gate<'_>,
+    variant: Variant,
+    dims: &HeadDims,
+    tok: usize,
+    hv: usize,
+) -> (Vec<R>, R) {
     let gw = dims.gate_width(variant);
     match gate {
         Gate::Raw { a, b, a_log, dt_bias } => {
-            let decay = (0..gw)
+            let g = (0..gw)
                 .map(|j| {
                     log_decay(
                         R::from_f32(a.at(tok, hv * gw + j)),
                         R::from_f32(dt_bias[hv * gw + j]),
                         R::from_f32(a_log[hv]),
                     )
-                    .exp()
                 })
                 .collect();
-            (decay, beta(R::from_f32(b.at(tok, hv))))
+            (g, beta(R::from_f32(b.at(tok, hv))))
         }
         Gate::Precomputed { g, beta } => {
             let base = (tok * dims.hv + hv) * gw;
-            let decay = g[base..base + gw].iter().map(|&x| R::from_f32(x).exp()).collect();
-            (decay, R::from_f32(beta[tok * dims.hv + hv]))
+            let g = g[base..base + gw].iter().map(|&x| R::from_f32(x)).collect();
+            (g, R::from_f32(beta[tok * dims.hv + hv]))
         }
     }
+}
+
+/// One token's update of one head's state (SPEC §3 steps 3-7) from its raw key, log decays,
+/// beta and value: the record a spec ring holds. Kernel R's reference and the fold's both run it.
+pub fn apply_record<R: Real>(s: &mut [R], dims: &HeadDims, k_raw: &[R], g: &[R], beta: R, v: &[R], l2norm: bool) {
+    let mut k = k_raw.to_vec();
+    if l2norm {
+        l2_normalize(&mut k);
+    }
+    let decay: Vec<R> = g.iter().map(|&x| x.exp()).collect();
+    delta_rule_update(s, dims, &decay, &k, v, beta);
 }
 
 /// Runs kernel R's maths in precision `R` from the checkpoint pool `state_pool`.
@@ -170,17 +187,16 @@ pub fn recurrent<R: Real>(inp: &RecurrentInputs<'_>, state_pool: &[f32]) -> Recu
             let h = d.key_head(hv);
             let s = &mut state[hv * head..(hv + 1) * head];
             for (t, tok) in (bos..eos).enumerate() {
-                let mut k: Vec<R> = (0..d.k).map(|j| R::from_f32(inp.k.at(tok, h * d.k + j))).collect();
+                let k: Vec<R> = (0..d.k).map(|j| R::from_f32(inp.k.at(tok, h * d.k + j))).collect();
                 let mut q: Vec<R> = (0..d.k).map(|j| R::from_f32(inp.q.at(tok, h * d.k + j))).collect();
                 if inp.qk_l2norm {
-                    l2_normalize(&mut k);
                     l2_normalize(&mut q);
                 }
                 let scale = R::from_f32(inp.scale);
                 q.iter_mut().for_each(|x| *x = *x * scale);
                 let v: Vec<R> = (0..d.v).map(|j| R::from_f32(inp.v.at(tok, hv * d.v + j))).collect();
-                let (decay, beta) = gate_at::<R>(&inp.gate, inp.variant, &d, tok, hv);
-                delta_rule_update(s, &d, &decay, &k, &v, beta);
+                let (g, beta) = gate_at::<R>(&inp.gate, inp.variant, &d, tok, hv);
+                apply_record(s, &d, &k, &g, beta, &v, inp.qk_l2norm);
                 snaps[t * per_slot + hv * head..t * per_slot + (hv + 1) * head].copy_from_slice(s);
                 let o = &mut res.o[(tok * d.hv + hv) * d.v..(tok * d.hv + hv + 1) * d.v];
                 readout(s, &d, &q, o);

@@ -4,3 +4,15 @@
 extern "C" rssm_status rssm_recurrent_can_implement(const rssm_recurrent_params *params) {
   return rssm::recurrent_can_implement(params, true);
 }
+
+extern "C" rssm_status rssm_verify_can_implement(const rssm_verify_params *params) {
+  return rssm::verify_can_implement(params, true);
+}
+
+extern "C" rssm_status rssm_fold_can_implement(const rssm_fold_params *params) {
+  return rssm::fold_can_implement(params, true);
+}
+
+extern "C" rssm_status rssm_replay_can_implement(const rssm_replay_params *params) {
+  return rssm::replay_can_implement(params, true);
+}

@@ -41,3 +41,71 @@ inline rssm_status recurrent_can_implement(const rssm_recurrent_params *p, bool 
 }
 
 }  // namespace rssm
+
+namespace rssm {
+
+// Checks shared by the spec kernels (V, F, P): dims, dtype, variant, pool and ring geometry.
+inline rssm_status spec_common_can_implement(int32_t batch, int32_t num_slots, int32_t num_layers, int32_t window,
+                                             int32_t H, int32_t HV, int32_t K, int32_t V, int32_t dtype,
+                                             int32_t variant) {
+  if (batch < 1 || batch > 65535 || num_slots < 1 || num_layers < 1 || window < 1 || H < 1 || HV < 1 || K < 1 ||
+      V < 1 || HV % H != 0 || HV > 65535)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (dtype < RSSM_DTYPE_F32 || dtype > RSSM_DTYPE_BF16) return RSSM_ERR_INVALID_ARGUMENT;
+  if (variant != RSSM_VARIANT_GDN && variant != RSSM_VARIANT_KDA) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!supported_head_dim(K)) return RSSM_ERR_UNSUPPORTED;
+  return RSSM_OK;
+}
+
+inline rssm_status verify_can_implement(const rssm_verify_params *p, bool vector_aligned) {
+  if (!p) return RSSM_ERR_INVALID_ARGUMENT;
+  const rssm_status st = spec_common_can_implement(p->batch, p->num_slots, p->num_layers, p->window, p->H, p->HV, p->K,
+                                                   p->V, p->dtype, p->variant);
+  if (st != RSSM_OK) return st;
+  if (p->num_tokens < 0 || p->max_seqlen < 1 || p->max_seqlen > RSSM_MAX_VERIFY_WINDOW || p->layer < 0 ||
+      p->layer >= p->num_layers)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (!p->q || !p->k || !p->v || !p->o || !p->cu_seqlens || !p->slots || !p->state) return RSSM_ERR_INVALID_ARGUMENT;
+  const bool raw = p->a || p->b || p->A_log || p->dt_bias;
+  const bool pre = p->g || p->beta;
+  if (raw == pre || (raw && (!p->a || !p->b || !p->A_log || !p->dt_bias)) || (pre && (!p->g || !p->beta)))
+    return RSSM_ERR_INVALID_ARGUMENT;
+  const int rings = (p->ring_v != nullptr) + (p->ring_k != nullptr) + (p->ring_g != nullptr) + (p->ring_beta != nullptr);
+  if (rings != 0 && rings != 4) return RSSM_ERR_INVALID_ARGUMENT;
+  if (rings == 4 && p->window < p->max_seqlen) return RSSM_ERR_INVALID_ARGUMENT;  // W >= T
+  const int64_t gate_row = p->variant == RSSM_VARIANT_KDA ? int64_t(p->HV) * p->K : p->HV;
+  if (p->q_stride < int64_t(p->H) * p->K || p->k_stride < int64_t(p->H) * p->K ||
+      p->v_stride < int64_t(p->HV) * p->V || p->o_stride < int64_t(p->HV) * p->V)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (raw && (p->a_stride < gate_row || p->b_stride < p->HV)) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!(p->scale == p->scale) || p->scale > 3.4e38f || p->scale < -3.4e38f) return RSSM_ERR_INVALID_ARGUMENT;
+  if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;
+  return RSSM_OK;
+}
+
+inline rssm_status fold_can_implement(const rssm_fold_params *p, bool vector_aligned) {
+  if (!p) return RSSM_ERR_INVALID_ARGUMENT;
+  const rssm_status st = spec_common_can_implement(p->batch, p->num_slots, p->num_layers, p->window, p->H, p->HV, p->K,
+                                                   p->V, p->dtype, p->variant);
+  if (st != RSSM_OK) return st;
+  if (int64_t(p->batch) * p->num_layers > 65535) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!p->state || !p->ring_v || !p->ring_k || !p->ring_g || !p->ring_beta || !p->slots || !p->accept_lens)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if ((p->track_slots == nullptr) != (p->track_steps == nullptr)) return RSSM_ERR_INVALID_ARGUMENT;
+  if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;
+  return RSSM_OK;
+}
+
+inline rssm_status replay_can_implement(const rssm_replay_params *p, bool vector_aligned) {
+  if (!p) return RSSM_ERR_INVALID_ARGUMENT;
+  const rssm_status st = spec_common_can_implement(p->batch, p->num_slots, p->num_layers, p->window, p->H, p->HV, p->K,
+                                                   p->V, p->dtype, p->variant);
+  if (st != RSSM_OK) return st;
+  if (p->layer < 0 || p->layer >= p->num_layers) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!p->state || !p->ring_v || !p->ring_k || !p->ring_g || !p->ring_beta || !p->slots || !p->counts)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;
+  return RSSM_OK;
+}
+
+}  // namespace rssm

@@ -43,6 +43,11 @@ typedef enum rssm_variant {
  * not trust (the host never saw it, e.g. under CUDA-graph replay); the row is skipped. */
 #define RSSM_DEVERR_SLOT_OUT_OF_RANGE 0x1u
 #define RSSM_DEVERR_BAD_SEQLENS 0x2u
+#define RSSM_DEVERR_BAD_LENGTH 0x4u  /* accept length / replay count outside 0..W */
+#define RSSM_DEVERR_TRACK_SLOT 0x8u  /* track slot out of range (track skipped) */
+
+/* Longest verify window the V kernel is compiled for. */
+#define RSSM_MAX_VERIFY_WINDOW 16
 
 /* Kernel R: recurrent baseline (SPEC §3, §4 R). Request r owns tokens
  * cu_seqlens[r]..cu_seqlens[r+1] (at most max_seqlen of them) and the checkpoint
@@ -75,12 +80,84 @@ typedef struct rssm_recurrent_params {
   int32_t reserved;       /* keeps the struct size a multiple of 8 */
 } rssm_recurrent_params;
 
+/* Spec ring of NL layers x NS slots (SPEC §2), raw inputs of the last verify window:
+ *   ring_v    [NL, NS, HV, W, V] act   (raw v)
+ *   ring_k    [NL, NS, H,  W, K] act   (raw k, before L2 norm; once per key head)
+ *   ring_g    [NL, NS, HV, W] f32      (KDA: [NL, NS, HV, W, K]; log decay as the gate computed it)
+ *   ring_beta [NL, NS, HV, W] f32
+ * The checkpoint pool is [NL, NS, HV, V, K] f32 in every spec kernel. */
+
+/* Kernel V: chunked linear-chain verify of layer `layer` (SPEC §4 V). Reads the checkpoint of
+ * each request's slot (never writes it), writes every window position's output and, when the
+ * ring pointers are set, the raw inputs of positions s < W of live slots. Window = request. */
+typedef struct rssm_verify_params {
+  const void *q, *k, *v, *a, *b; /* as rssm_recurrent_params */
+  const float *A_log, *dt_bias, *g, *beta;
+  const int32_t *cu_seqlens; /* [batch + 1]; each window at most RSSM_MAX_VERIFY_WINDOW */
+  const int32_t *slots;      /* [batch]; -1 = null (zero outputs, no ring writes) */
+  const float *state;        /* pool [num_layers, num_slots, HV, V, K], read only */
+  void *o;                   /* [num_tokens, HV, V] act, token stride o_stride */
+  void *ring_v;              /* ring pointers: all four set, or all NULL (no ring write) */
+  void *ring_k;
+  float *ring_g;
+  float *ring_beta;
+  uint32_t *error_word;
+  int64_t q_stride, k_stride, v_stride, a_stride, b_stride, o_stride;
+  int32_t num_tokens, batch, max_seqlen, num_slots;
+  int32_t num_layers, layer, window; /* window = W, ring positions per slot */
+  int32_t H, HV, K, V;
+  float scale;
+  int32_t dtype, variant, qk_l2norm;
+  int32_t reserved;
+} rssm_verify_params;
+
+/* Kernel F: fold-every-commit over all layers (SPEC §4 F). For live request b, replays ring
+ * records 0..accept_lens[b]-1 of its slot into the checkpoint of every layer, in place; when
+ * track_slots[b] >= 0 the state after step track_steps[b] is also stored in that slot. */
+typedef struct rssm_fold_params {
+  float *state;               /* pool [num_layers, num_slots, HV, V, K] */
+  const void *ring_v, *ring_k;
+  const float *ring_g, *ring_beta;
+  const int32_t *slots;       /* [batch]; -1 = null */
+  const int32_t *accept_lens; /* [batch], 0..window, includes the bonus token; 0 = no-op */
+  const int32_t *track_slots; /* [batch] or NULL; -1 = none */
+  const int32_t *track_steps; /* [batch] or NULL; -1 = none */
+  uint32_t *error_word;
+  int32_t batch, num_slots, num_layers, window;
+  int32_t H, HV, K, V;
+  int32_t dtype, variant, qk_l2norm;
+  int32_t reserved;
+} rssm_fold_params;
+
+/* Kernel P: fp32 checkpoint replay of one layer: replays ring records 0..counts[b]-1 of slot
+ * slots[b] into that slot's checkpoint in place (the primitive of fold, flush, export). */
+typedef struct rssm_replay_params {
+  float *state; /* pool [num_layers, num_slots, HV, V, K] */
+  const void *ring_v, *ring_k;
+  const float *ring_g, *ring_beta;
+  const int32_t *slots;  /* [batch]; -1 = null */
+  const int32_t *counts; /* [batch], 0..window */
+  uint32_t *error_word;
+  int32_t batch, num_slots, num_layers, layer, window;
+  int32_t H, HV, K, V;
+  int32_t dtype, variant, qk_l2norm;
+} rssm_replay_params;
+
 rssm_status rssm_recurrent(const rssm_recurrent_params *params, void *stream);
 rssm_status rssm_emu_recurrent(const rssm_recurrent_params *params, void *stream);
+rssm_status rssm_verify(const rssm_verify_params *params, void *stream);
+rssm_status rssm_emu_verify(const rssm_verify_params *params, void *stream);
+rssm_status rssm_fold(const rssm_fold_params *params, void *stream);
+rssm_status rssm_emu_fold(const rssm_fold_params *params, void *stream);
+rssm_status rssm_replay(const rssm_replay_params *params, void *stream);
+rssm_status rssm_emu_replay(const rssm_replay_params *params, void *stream);
 
 /* Static validation shared by both backends (CUTLASS's can_implement): RSSM_OK when a launch
  * with these params is well-formed for the compiled kernels. Checks host-visible fields only. */
 rssm_status rssm_recurrent_can_implement(const rssm_recurrent_params *params);
+rssm_status rssm_verify_can_implement(const rssm_verify_params *params);
+rssm_status rssm_fold_can_implement(const rssm_fold_params *params);
+rssm_status rssm_replay_can_implement(const rssm_replay_params *params);
 
 /* Emulator diagnostics: the message of the last RSSM_ERR_EMULATOR on this thread. */
 const char *rssm_emu_last_error(void);

@@ -34,6 +34,60 @@ template <int EPL, bool KDA> struct Decay {
   __device__ __forceinline__ float operator[](int j) const { return d[KDA ? j : 0]; }
 };
 
+// exp of the log decay: the same expression wherever g comes from (gate, ring), so a replay of
+// a stored g reproduces the recurrent kernel's decay bit for bit.
+template <int EPL, bool KDA> __device__ __forceinline__ Decay<EPL, KDA> decay_from_log(const float (&g)[KDA ? EPL : 1]) {
+  Decay<EPL, KDA> d;
+  RSSM_UNROLL
+  for (int j = 0; j < (KDA ? EPL : 1); ++j) d.d[j] = expf(g[j]);
+  return d;
+}
+
+// This lane's EPL key channels of one token, normalised when asked (SPEC §3 step 3). Whole warp.
+template <int EPL, class Act>
+__device__ __forceinline__ void load_key(const Act *__restrict__ lane_k, bool l2norm, float (&k)[EPL]) {
+  load_act(lane_k, k);
+  if (l2norm) l2_normalize(k);
+}
+
+// Where a kernel finds the gate of a token: raw inputs (a, b, A_log, dt_bias) or precomputed
+// g/beta (a == nullptr). Strides in elements per token.
+struct GateSource {
+  const void *a, *b;
+  const float *A_log, *dt_bias, *g, *beta;
+  int64_t a_stride, b_stride;
+  int HV;
+};
+
+// Log decay g (one value, or this lane's EPL channels for KDA) and beta of token `tok`, value
+// head `hv` (SPEC §3 steps 1-2). These exact values are what the spec ring stores.
+template <int EPL, class Act, bool KDA>
+__device__ __forceinline__ void token_gate(const GateSource &src, int64_t tok, int hv, int kc,
+                                           float (&g)[KDA ? EPL : 1], float &beta) {
+  constexpr int K = kWarpSize * EPL;
+  if (src.g == nullptr) {
+    const Act *a = static_cast<const Act *>(src.a);
+    const Act *b = static_cast<const Act *>(src.b);
+    if constexpr (KDA) {
+      RSSM_UNROLL
+      for (int j = 0; j < EPL; ++j)
+        g[j] = gate_log_decay(to_float(a[tok * src.a_stride + int64_t(hv) * K + kc + j]),
+                              src.dt_bias[int64_t(hv) * K + kc + j], src.A_log[hv]);
+    } else {
+      g[0] = gate_log_decay(to_float(a[tok * src.a_stride + hv]), src.dt_bias[hv], src.A_log[hv]);
+    }
+    beta = gate_beta(to_float(b[tok * src.b_stride + hv]));
+  } else {
+    if constexpr (KDA) {
+      RSSM_UNROLL
+      for (int j = 0; j < EPL; ++j) g[j] = src.g[(tok * src.HV + hv) * K + kc + j];
+    } else {
+      g[0] = src.g[tok * src.HV + hv];
+    }
+    beta = src.beta[tok * src.HV + hv];
+  }
+}
+
 // SPEC §3 steps 4-7 for ROWS rows: S *= exp(g); u = (v - S k) * beta; S += u k^T. Whole warp.
 template <int EPL, int ROWS, bool KDA>
 __device__ __forceinline__ void delta_rule_update(float (&s)[ROWS][EPL], const float (&k)[EPL],
@@ -68,6 +122,30 @@ __device__ __forceinline__ void delta_rule_readout(const float (&s)[ROWS][EPL], 
     for (int j = 0; j < EPL; ++j) o[r] = fmaf(s[r][j], q[j], o[r]);
   }
   warp_sum(o);
+}
+
+// ROWS state rows of this warp: `base` points at row 0, this lane's first channel; rows past V
+// (row_ok false) read as zeros and are never stored.
+template <int EPL, int ROWS>
+__device__ __forceinline__ void load_rows(const float *base, int64_t row_stride, const bool (&row_ok)[ROWS],
+                                          float (&s)[ROWS][EPL]) {
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r) {
+    if (row_ok[r]) {
+      load_f32(base + r * row_stride, s[r]);
+    } else {
+      RSSM_UNROLL
+      for (int j = 0; j < EPL; ++j) s[r][j] = 0.0f;
+    }
+  }
+}
+
+template <int EPL, int ROWS>
+__device__ __forceinline__ void store_rows(float *base, int64_t row_stride, const bool (&row_ok)[ROWS],
+                                           const float (&s)[ROWS][EPL]) {
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r)
+    if (row_ok[r]) store_f32(base + r * row_stride, s[r]);
 }
 
 }  // namespace rssm

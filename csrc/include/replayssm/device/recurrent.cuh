@@ -8,12 +8,14 @@
 
 namespace rssm {
 
-struct RecurrentConfig {
+// R, P, F and V share one tiling: 4 warps per block, 4 state rows per warp.
+struct RowTiling {
   static constexpr int kWarps = 4;
   static constexpr int kRows = 4;  // state rows per warp
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kRowsPerBlock = kWarps * kRows;
 };
+using RecurrentConfig = RowTiling;
 
 template <int EPL, class Act, bool KDA>
 __global__ void __launch_bounds__(RecurrentConfig::kThreads) recurrent_kernel(const rssm_recurrent_params p) {
@@ -50,55 +52,23 @@ __global__ void __launch_bounds__(RecurrentConfig::kThreads) recurrent_kernel(co
   const int64_t head_elems = int64_t(p.V) * K;
   float *state = p.state + (int64_t(slot) * p.HV + hv) * head_elems + int64_t(row0) * K + kc;
   float s[ROWS][EPL];
-  RSSM_UNROLL
-  for (int r = 0; r < ROWS; ++r) {
-    if (row_ok[r]) {
-      load_f32(state + int64_t(r) * K, s[r]);
-    } else {
-      RSSM_UNROLL
-      for (int j = 0; j < EPL; ++j) s[r][j] = 0.0f;
-    }
-  }
+  load_rows(state, K, row_ok, s);
 
   const Act *q = static_cast<const Act *>(p.q);
   const Act *k = static_cast<const Act *>(p.k);
   const Act *v = static_cast<const Act *>(p.v);
-  const bool raw_gate = p.g == nullptr;
+  const GateSource gate{p.a, p.b, p.A_log, p.dt_bias, p.g, p.beta, p.a_stride, p.b_stride, p.HV};
   for (int t = 0; t < eos - bos; ++t) {
     const int64_t tok = bos + t;
     float kh[EPL], qh[EPL];
-    load_act(k + tok * p.k_stride + int64_t(h) * K + kc, kh);
-    load_act(q + tok * p.q_stride + int64_t(h) * K + kc, qh);
-    if (p.qk_l2norm) {
-      l2_normalize(kh);
-      l2_normalize(qh);
-    }
+    load_key(k + tok * p.k_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, kh);
+    load_key(q + tok * p.q_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, qh);
     RSSM_UNROLL
     for (int j = 0; j < EPL; ++j) qh[j] = qh[j] * p.scale;
 
-    Decay<EPL, KDA> decay;
-    float beta;
-    if (raw_gate) {
-      const Act *a = static_cast<const Act *>(p.a);
-      const Act *b = static_cast<const Act *>(p.b);
-      if constexpr (KDA) {
-        RSSM_UNROLL
-        for (int j = 0; j < EPL; ++j)
-          decay.d[j] = expf(gate_log_decay(to_float(a[tok * p.a_stride + int64_t(hv) * K + kc + j]),
-                                           p.dt_bias[int64_t(hv) * K + kc + j], p.A_log[hv]));
-      } else {
-        decay.d[0] = expf(gate_log_decay(to_float(a[tok * p.a_stride + hv]), p.dt_bias[hv], p.A_log[hv]));
-      }
-      beta = gate_beta(to_float(b[tok * p.b_stride + hv]));
-    } else {
-      if constexpr (KDA) {
-        RSSM_UNROLL
-        for (int j = 0; j < EPL; ++j) decay.d[j] = expf(p.g[(tok * p.HV + hv) * K + kc + j]);
-      } else {
-        decay.d[0] = expf(p.g[tok * p.HV + hv]);
-      }
-      beta = p.beta[tok * p.HV + hv];
-    }
+    float g[KDA ? EPL : 1], beta;
+    token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, beta);
+    const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
 
     float vr[ROWS];
     RSSM_UNROLL
@@ -106,12 +76,9 @@ __global__ void __launch_bounds__(RecurrentConfig::kThreads) recurrent_kernel(co
 
     delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, beta, vr);
 
-    if (p.snapshots) {
-      float *snap = p.snapshots + ((int64_t(req) * p.max_seqlen + t) * p.HV + hv) * head_elems + int64_t(row0) * K + kc;
-      RSSM_UNROLL
-      for (int r = 0; r < ROWS; ++r)
-        if (row_ok[r]) store_f32(snap + int64_t(r) * K, s[r]);
-    }
+    if (p.snapshots)
+      store_rows(p.snapshots + ((int64_t(req) * p.max_seqlen + t) * p.HV + hv) * head_elems + int64_t(row0) * K + kc, K,
+                 row_ok, s);
 
     float out[ROWS];
     delta_rule_readout<EPL, ROWS>(s, qh, out);
@@ -120,11 +87,7 @@ __global__ void __launch_bounds__(RecurrentConfig::kThreads) recurrent_kernel(co
       if (lane == r && row_ok[r]) o_base[tok * p.o_stride + int64_t(hv) * p.V + row0 + r] = from_float<Act>(out[r]);
   }
 
-  if (p.write_state) {
-    RSSM_UNROLL
-    for (int r = 0; r < ROWS; ++r)
-      if (row_ok[r]) store_f32(state + int64_t(r) * K, s[r]);
-  }
+  if (p.write_state) store_rows(state, K, row_ok, s);
 }
 
 }  // namespace rssm

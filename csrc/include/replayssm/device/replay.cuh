@@ -1,0 +1,116 @@
+// Kernels P (fp32 checkpoint replay) and F (fold-every-commit), SPEC §4. Both replay records of
+// a slot's spec ring into its checkpoint through replay_records(), which runs the very same
+// load_key / decay_from_log / delta_rule_update sequence as kernel R, so the committed state is
+// bit-identical to R's after the same tokens.
+#pragma once
+
+#include "replayssm/device/recurrent.cuh"
+
+namespace rssm {
+
+// Pool and ring geometry of a replay (from P's or F's params).
+struct RingGeometry {
+  float *state;  // [NL, NS, HV, V, K]
+  const void *ring_v, *ring_k;
+  const float *ring_g, *ring_beta;
+  uint32_t *error_word;
+  int num_slots, window, H, HV, K, V;
+  bool l2norm;
+};
+
+// Replays records 0..n-1 of `slot` (layer `layer`) into this warp's rows of the checkpoint;
+// when `track_slot >= 0`, also stores the state after step `track_step` into that slot.
+template <int EPL, class Act, bool KDA>
+__device__ __forceinline__ void replay_slot(const RingGeometry &geo, int layer, int slot, int n, int track_slot,
+                                            int track_step) {
+  constexpr int K = kWarpSize * EPL;
+  constexpr int ROWS = RowTiling::kRows;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int hv = blockIdx.y;
+  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
+  const int h = hv / (geo.HV / geo.H);
+  const int kc = lane * EPL;
+  bool row_ok[ROWS];
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < geo.V;
+
+  const int64_t head = int64_t(geo.V) * K;
+  const int64_t slot_base = int64_t(layer) * geo.num_slots;
+  float *state = geo.state + ((slot_base + slot) * geo.HV + hv) * head + int64_t(row0) * K + kc;
+  float *track = track_slot >= 0 ? geo.state + ((slot_base + track_slot) * geo.HV + hv) * head + int64_t(row0) * K + kc
+                                 : nullptr;
+  const int W = geo.window;
+  const Act *rk = static_cast<const Act *>(geo.ring_k) + ((slot_base + slot) * geo.H + h) * int64_t(W) * K + kc;
+  const Act *rv = static_cast<const Act *>(geo.ring_v) + ((slot_base + slot) * geo.HV + hv) * int64_t(W) * geo.V + row0;
+  const int64_t gate_base = ((slot_base + slot) * geo.HV + hv) * int64_t(W);
+  const float *rg = geo.ring_g + (KDA ? gate_base * K + kc : gate_base);
+  const float *rb = geo.ring_beta + gate_base;
+
+  float s[ROWS][EPL];
+  load_rows(state, K, row_ok, s);
+  for (int t = 0; t < n; ++t) {
+    float kh[EPL];
+    load_key(rk + int64_t(t) * K, geo.l2norm, kh);
+    float g[KDA ? EPL : 1];
+    RSSM_UNROLL
+    for (int j = 0; j < (KDA ? EPL : 1); ++j) g[j] = rg[KDA ? int64_t(t) * K + j : t];
+    const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
+    float vr[ROWS];
+    RSSM_UNROLL
+    for (int r = 0; r < ROWS; ++r) vr[r] = row_ok[r] ? to_float(rv[int64_t(t) * geo.V + r]) : 0.0f;
+    delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, rb[t], vr);
+    if (track && t == track_step) store_rows(track, K, row_ok, s);
+  }
+  store_rows(state, K, row_ok, s);
+}
+
+// Device-side checks of one request's indices; false = skip it (flagged when invalid).
+__device__ __forceinline__ bool replay_indices_ok(const RingGeometry &geo, int slot, int n, bool report) {
+  if (slot == -1) return false;
+  if (slot < -1 || slot >= geo.num_slots) {
+    if (report) report_device_error(geo.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+    return false;
+  }
+  if (n < 0 || n > geo.window) {
+    if (report) report_device_error(geo.error_word, RSSM_DEVERR_BAD_LENGTH);
+    return false;
+  }
+  return n > 0;
+}
+
+// (The min-blocks hint of 1 keeps ptxas from a heuristic register cap that spilled 8 bytes in
+// replay_kernel<8, float, false>; tests/resources.rs guards it.)
+template <int EPL, class Act, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads, 1) replay_kernel(const rssm_replay_params p) {
+  const int warp = threadIdx.x / kWarpSize;
+  if (int((blockIdx.x * RowTiling::kWarps + warp) * RowTiling::kRows) >= p.V) return;
+  const RingGeometry geo{p.state, p.ring_v, p.ring_k, p.ring_g, p.ring_beta, p.error_word,
+                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0};
+  const int b = blockIdx.z;
+  const int slot = p.slots[b], n = p.counts[b];
+  const bool reporter = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
+  if (!replay_indices_ok(geo, slot, n, reporter)) return;
+  replay_slot<EPL, Act, KDA>(geo, p.layer, slot, n, -1, -1);
+}
+
+template <int EPL, class Act, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads, 1) fold_kernel(const rssm_fold_params p) {
+  const int warp = threadIdx.x / kWarpSize;
+  if (int((blockIdx.x * RowTiling::kWarps + warp) * RowTiling::kRows) >= p.V) return;
+  const RingGeometry geo{p.state, p.ring_v, p.ring_k, p.ring_g, p.ring_beta, p.error_word,
+                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0};
+  const int b = blockIdx.z / p.num_layers, layer = blockIdx.z % p.num_layers;
+  const int slot = p.slots[b], n = p.accept_lens[b];
+  const bool reporter = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && layer == 0;
+  if (!replay_indices_ok(geo, slot, n, reporter)) return;
+  int track_slot = p.track_slots ? p.track_slots[b] : -1;
+  const int track_step = p.track_steps ? p.track_steps[b] : -1;
+  if (track_slot < -1 || track_slot >= p.num_slots || track_slot == slot) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_TRACK_SLOT);
+    track_slot = -1;
+  }
+  if (track_step < 0 || track_step >= n) track_slot = -1;
+  replay_slot<EPL, Act, KDA>(geo, layer, slot, n, track_slot, track_step);
+}
+
+}  // namespace rssm

@@ -1,0 +1,28 @@
+// Launch layer of kernel P (fp32 checkpoint replay of one layer).
+#include "replayssm/can_implement.h"
+#include "replayssm/device/replay.cuh"
+#include "replayssm/dispatch.h"
+#include "replayssm/launcher.h"
+#include "replayssm/layout.h"
+
+namespace {
+
+struct LaunchReplay {
+  const rssm_replay_params &p;
+  void *stream;
+  template <int EPL, class Act, bool KDA> int operator()() const {
+    using rssm::RowTiling;
+    const dim3 grid((p.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock, p.HV, p.batch);
+    const auto kernel = &rssm::replay_kernel<EPL, Act, KDA>;
+    return RSSM_LAUNCH(kernel, grid, dim3(RowTiling::kThreads), 0, stream, p);
+  }
+};
+
+}  // namespace
+
+extern "C" rssm_status RSSM_ENTRY(replay)(const rssm_replay_params *params, void *stream) {
+  const rssm_status st = rssm::replay_can_implement(params, RSSM_VECTOR_ALIGNED);
+  if (st != RSSM_OK) return st;
+  const int err = rssm::dispatch(params->K, params->dtype, params->variant, LaunchReplay{*params, stream});
+  return err == 0 ? RSSM_OK : RSSM_LAUNCH_FAILED;
+}
