@@ -76,6 +76,8 @@ fn build_host(root: &Path, kernels: &[PathBuf]) {
         .include(root.join("csrc/emu"))
         // Contractions would make the emulated result depend on inlining; kernels use fmaf explicitly.
         .flag("-ffp-contract=off")
+        // threadIdx and friends read a thread_local on every use: keep TLS access a plain load.
+        .flag("-ftls-model=initial-exec")
         .flag_if_supported("-Wall")
         .flag_if_supported("-Wextra")
         .flag("-x")

@@ -20,6 +20,8 @@ pub mod numerics;
 pub mod problem;
 pub mod recurrent;
 pub mod reference;
+pub mod ring;
+pub mod spec;
 pub mod workload;
 
 pub use backend::Backend;
@@ -27,3 +29,5 @@ pub use dtype::{ActBuffer, ActView, ActViewMut, DType};
 pub use error::{Error, Result, Status};
 pub use problem::{Gate, HeadDims, Variant};
 pub use recurrent::{recurrent, RecurrentInputs, RecurrentOutputs, RecurrentPlan};
+pub use ring::{RingShape, SpecRing};
+pub use spec::{fold, replay, track_step, verify, PoolRef, Track};

@@ -63,8 +63,13 @@ pub struct RecurrentPlan {
 /// Head dims the CUDA and emulated kernels are compiled for.
 pub const KERNEL_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
-/// Checks everything a launch depends on; returns the derived sizes.
-pub fn validate(backend: Backend, inp: &RecurrentInputs<'_>, out: &RecurrentOutputs<'_>) -> Result<RecurrentPlan> {
+/// Token-input checks shared by kernels R and V: head dims, views, dtypes, gate, `cu_seqlens`.
+/// Returns `(num_tokens, batch, max_seqlen)`.
+pub(crate) fn validate_tokens(
+    backend: Backend,
+    inp: &RecurrentInputs<'_>,
+    o: &ActViewMut<'_>,
+) -> Result<(usize, usize, usize)> {
     let d = inp.dims;
     d.validate()?;
     if backend != Backend::Reference && !KERNEL_HEAD_DIMS.contains(&d.k) {
@@ -85,10 +90,10 @@ pub fn validate(backend: Backend, inp: &RecurrentInputs<'_>, out: &RecurrentOutp
     check_view("q", &inp.q, n, d.h * d.k)?;
     check_view("k", &inp.k, n, d.h * d.k)?;
     check_view("v", &inp.v, n, d.hv * d.v)?;
-    check_view_mut("o", &out.o, n, d.hv * d.v)?;
+    check_view_mut("o", o, n, d.hv * d.v)?;
     check_dtype("k", inp.k.dtype(), dtype)?;
     check_dtype("v", inp.v.dtype(), dtype)?;
-    check_dtype("o", out.o.dtype(), dtype)?;
+    check_dtype("o", o.dtype(), dtype)?;
     let gw = d.gate_width(inp.variant);
     match inp.gate {
         Gate::Raw { a, b, a_log, dt_bias } => {
@@ -104,7 +109,20 @@ pub fn validate(backend: Backend, inp: &RecurrentInputs<'_>, out: &RecurrentOutp
             check_len("beta", beta.len(), n * d.hv, format!("[N={n}, HV={}]", d.hv))?;
         }
     }
+    if !inp.scale.is_finite() {
+        return Err(Error::InvalidValue {
+            what: "scale",
+            why: format!("{} is not finite", inp.scale),
+        });
+    }
     let (batch, max_seqlen) = check_seqlens(inp.cu_seqlens, n)?;
+    Ok((n, batch, max_seqlen))
+}
+
+/// Checks everything a launch of kernel R depends on; returns the derived sizes.
+pub fn validate(backend: Backend, inp: &RecurrentInputs<'_>, out: &RecurrentOutputs<'_>) -> Result<RecurrentPlan> {
+    let d = inp.dims;
+    let (n, batch, max_seqlen) = validate_tokens(backend, inp, &out.o)?;
     let per_slot = d.state_elems();
     if out.state.is_empty() || out.state.len() % per_slot != 0 {
         return Err(Error::Shape {
@@ -128,12 +146,6 @@ pub fn validate(backend: Backend, inp: &RecurrentInputs<'_>, out: &RecurrentOutp
             batch * max_seqlen * per_slot,
             format!("[B={batch}, T={max_seqlen}, HV={}, V={}, K={}]", d.hv, d.v, d.k),
         )?;
-    }
-    if !inp.scale.is_finite() {
-        return Err(Error::InvalidValue {
-            what: "scale",
-            why: format!("{} is not finite", inp.scale),
-        });
     }
     Ok(RecurrentPlan {
         num_tokens: n,
@@ -170,7 +182,7 @@ pub(crate) struct TokenPtrs {
     pub b_stride: i64,
 }
 
-fn view_input(mem: &mut Memory, v: &ActView<'_>) -> Result<*const u8> {
+pub(crate) fn view_input(mem: &mut Memory, v: &ActView<'_>) -> Result<*const u8> {
     Ok(elem_ptr(mem.input(v.buf.as_bytes())?, v.offset, v.dtype().size()))
 }
 

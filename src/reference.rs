@@ -119,13 +119,7 @@ pub struct RecurrentResult<R> {
 
 /// The gate of token `tok`, value head `hv`: log decays `g` (1 or K of them) and beta, exactly
 /// as the spec ring stores them.
-pub(crate) fn gate_at<R: Real>(
-    gate: &Gate<'_>,
-    variant: Variant,
-    dims: &HeadDims,
-    tok: usize,
-    hv: usize,
-) -> (Vec<R>, R) {
+pub fn gate_at<R: Real>(gate: &Gate<'_>, variant: Variant, dims: &HeadDims, tok: usize, hv: usize) -> (Vec<R>, R) {
     let gw = dims.gate_width(variant);
     match gate {
         Gate::Raw { a, b, a_log, dt_bias } => {

@@ -25,8 +25,9 @@ constexpr unsigned kMaxThreadsPerBlock = 1024;
 constexpr size_t kMaxDynamicSmem = 227 * 1024;  // sm_90 opt-in maximum per block
 
 #if defined(__x86_64__)
-// Minimal context switch: saves callee-saved registers, MXCSR and the x87 control word on the
-// old stack, stores its stack pointer, loads the new one and restores the same set from it.
+// Minimal context switch: saves the callee-saved registers on the old stack, stores its stack
+// pointer, loads the new one and restores the same set from it. The floating-point environment
+// (MXCSR, x87 control word) is shared by all fibers: kernels never change it.
 extern "C" void rssm_emu_switch(void **save_sp, void *load_sp);
 asm(R"(
   .text
@@ -39,14 +40,8 @@ rssm_emu_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -96,6 +91,10 @@ struct Worker {
 #endif
   std::string error;
   uint64_t rng = 0;
+  // The lanes of the current round, resumed in this order: a fiber that blocks switches
+  // straight to the next one (one switch per lane instead of two through the scheduler).
+  Fiber *chain[32];
+  unsigned chain_len = 0, chain_pos = 0;
 
   ~Worker() {
     for (auto &f : fibers)
@@ -108,6 +107,9 @@ struct Worker {
     rng ^= rng >> 27;
     return rng * 0x2545F4914F6CDD1DULL;
   }
+
+  // Uniform in [0, n) without a division.
+  unsigned below(unsigned n) { return static_cast<unsigned>(((next_random() >> 32) * n) >> 32); }
 
   void fail(const std::string &msg) {
     if (error.empty()) error = msg;
@@ -126,9 +128,21 @@ void fiber_entry() {
 void fiber_entry_uc() { fiber_entry(); }
 #endif
 
+// The running fiber blocked (or exited): run the next fiber of the round, or return to the
+// scheduler after the last one.
 void switch_to_scheduler() {
   Worker *w = tl_worker;
   Fiber *f = tl_fiber;
+  if (++w->chain_pos < w->chain_len) {
+    Fiber *next = w->chain[w->chain_pos];
+    tl_fiber = next;
+#if defined(__x86_64__)
+    rssm_emu_switch(&f->sp, next->sp);
+#else
+    swapcontext(&f->uc, &next->uc);
+#endif
+    return;
+  }
 #if defined(__x86_64__)
   rssm_emu_switch(&f->sp, w->sched_sp);
 #else
@@ -142,7 +156,12 @@ void switch_to_scheduler() {
   std::abort();  // a finished fiber is never resumed
 }
 
-void resume(Worker *w, Fiber *f) {
+// Runs chain[0..len) one after another, each until it blocks; returns when the last blocks.
+void run_chain(Worker *w, unsigned len) {
+  if (len == 0) return;
+  w->chain_len = len;
+  w->chain_pos = 0;
+  Fiber *f = w->chain[0];
   tl_fiber = f;
 #if defined(__x86_64__)
   rssm_emu_switch(&w->sched_sp, f->sp);
@@ -152,7 +171,7 @@ void resume(Worker *w, Fiber *f) {
   tl_fiber = nullptr;
 }
 
-void reset_fiber(Fiber *f) {
+void reset_fiber(Fiber *f, unsigned index) {
   if (!f->stack) {
     f->stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (f->stack == MAP_FAILED) {
@@ -163,12 +182,14 @@ void reset_fiber(Fiber *f) {
   f->wait = Wait::Runnable;
 #if defined(__x86_64__)
   // Initial frame as rssm_emu_switch expects it; on entry rsp % 16 == 8 as after a call.
-  auto *top = reinterpret_cast<uint64_t *>(static_cast<char *>(f->stack) + kStackBytes);
+  // Stacks are page aligned; staggering their tops keeps the hot top lines of 1024 fibers from
+  // all landing in the same cache sets (which made every switch a cache miss).
+  const size_t stagger = (index % 61) * 1088;
+  auto *top = reinterpret_cast<uint64_t *>(static_cast<char *>(f->stack) + kStackBytes - stagger);
   top[-1] = 0;                                          // fake return address of fiber_entry
   top[-2] = reinterpret_cast<uint64_t>(&fiber_entry);  // popped by ret
   for (int i = 3; i <= 8; ++i) top[-i] = 0;            // rbp rbx r12 r13 r14 r15
-  top[-9] = 0x1F80ull | (0x037Full << 32);             // MXCSR, x87 control word
-  f->sp = &top[-9];
+  f->sp = &top[-8];
 #else
   getcontext(&f->uc);
   f->uc.uc_stack.ss_sp = f->stack;
@@ -249,34 +270,38 @@ void run_block(Worker *w, const char *kernel, dim3 grid, dim3 block, uint3 bidx,
   if (smem_bytes) std::memset(w->smem.data(), 0xFF, smem_bytes);
   for (unsigned i = 0; i < n; ++i) {
     Fiber *f = w->fibers[i].get();
-    reset_fiber(f);
+    reset_fiber(f, i);
     f->ctx.thread_idx = {i % block.x, (i / block.x) % block.y, i / (block.x * block.y)};
     f->ctx.block_idx = bidx;
     f->ctx.block_dim = block;
     f->ctx.grid_dim = grid;
   }
-  std::vector<unsigned> order(n);
   const unsigned nwarps = (n + 31) / 32;
+  std::vector<unsigned> warp_order(nwarps);
   for (;;) {
-    // One phase: resume every runnable fiber, in a fresh random order, until it blocks.
-    order.clear();
-    for (unsigned i = 0; i < n; ++i)
-      if (w->fibers[i]->wait == Wait::Runnable) order.push_back(i);
-    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[w->next_random() % i]);
-    for (unsigned i : order) resume(w, w->fibers[i].get());
-
-    bool progress = false, all_done = true;
-    unsigned at_barrier = 0, live = 0;
-    for (unsigned wi = 0; wi < nwarps; ++wi) {
+    // One phase between block barriers: warps in a fresh random order; each warp runs until
+    // every lane waits at a barrier or has exited, its collectives completing as they fill.
+    for (unsigned i = 0; i < nwarps; ++i) warp_order[i] = i;
+    for (unsigned i = nwarps; i > 1; --i) std::swap(warp_order[i - 1], warp_order[w->below(i)]);
+    for (unsigned wi : warp_order) {
+      const unsigned count = std::min(32u, n - wi * 32);
       Fiber *lanes[32];
-      unsigned arrived = 0, done = 0, count = std::min(32u, n - wi * 32);
-      for (unsigned l = 0; l < count; ++l) {
-        lanes[l] = w->fibers[wi * 32 + l].get();
-        arrived += lanes[l]->wait == Wait::Warp;
-        done += lanes[l]->wait == Wait::Done;
-      }
-      if (arrived == 0) continue;
-      if (count < 32 || arrived + done == count) {
+      for (unsigned l = 0; l < count; ++l) lanes[l] = w->fibers[wi * 32 + l].get();
+      for (;;) {
+        // Resume the runnable lanes in a fresh random order.
+        unsigned m = 0;
+        for (unsigned l = 0; l < count; ++l)
+          if (lanes[l]->wait == Wait::Runnable) w->chain[m++] = lanes[l];
+        if (m == 0) break;
+        for (unsigned i = m; i > 1; --i) std::swap(w->chain[i - 1], w->chain[w->below(i)]);
+        run_chain(w, m);
+        unsigned arrived = 0, done = 0;
+        for (unsigned l = 0; l < count; ++l) {
+          arrived += lanes[l]->wait == Wait::Warp;
+          done += lanes[l]->wait == Wait::Done;
+        }
+        if (arrived == 0) break;               // all at the barrier or exited
+        if (arrived + done < count) continue;  // cannot happen: every lane blocked somewhere
         if (count < 32 || done) {
           char buf[200];
           std::snprintf(buf, sizeof buf,
@@ -287,35 +312,53 @@ void run_block(Worker *w, const char *kernel, dim3 grid, dim3 block, uint3 bidx,
           return;
         }
         if (!resolve_warp(w, lanes, kernel)) return;
-        progress = true;
       }
     }
+    unsigned at_barrier = 0, live = 0, at_warp = 0;
     for (unsigned i = 0; i < n; ++i) {
-      const Wait s = w->fibers[i]->wait;
-      all_done &= s == Wait::Done;
-      live += s != Wait::Done;
-      at_barrier += s == Wait::Barrier;
+      const Wait st = w->fibers[i]->wait;
+      live += st != Wait::Done;
+      at_barrier += st == Wait::Barrier;
+      at_warp += st == Wait::Warp;
     }
-    if (all_done) return;
+    if (live == 0) return;
     if (at_barrier == live) {
       for (unsigned i = 0; i < n; ++i)
         if (w->fibers[i]->wait == Wait::Barrier) w->fibers[i]->wait = Wait::Runnable;
-      progress = true;
+      continue;
     }
-    if (!progress) {
-      char buf[200];
-      std::snprintf(buf, sizeof buf,
-                    "%s: deadlock in block (%u,%u,%u): %u threads wait at __syncthreads while others wait at a "
-                    "warp collective",
-                    kernel, bidx.x, bidx.y, bidx.z, at_barrier);
-      w->fail(buf);
-      return;
-    }
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "%s: deadlock in block (%u,%u,%u): %u threads wait at __syncthreads while %u wait at a warp "
+                  "collective that cannot complete",
+                  kernel, bidx.x, bidx.y, bidx.z, at_barrier, at_warp);
+    w->fail(buf);
+    return;
   }
 }
 
 uint64_t g_launch_counter = 0;
 std::mutex g_launch_mutex;
+
+// Workers (and their fibers' stacks) are reused across launches: mapping 128 stacks per launch
+// cost far more than the kernels themselves.
+std::mutex g_idle_mutex;
+std::vector<std::unique_ptr<Worker>> g_idle_workers;
+
+std::unique_ptr<Worker> acquire_worker() {
+  std::lock_guard<std::mutex> lock(g_idle_mutex);
+  if (g_idle_workers.empty()) return std::make_unique<Worker>();
+  std::unique_ptr<Worker> w = std::move(g_idle_workers.back());
+  g_idle_workers.pop_back();
+  return w;
+}
+
+void release_worker(std::unique_ptr<Worker> w) {
+  w->body = nullptr;
+  w->error.clear();
+  std::lock_guard<std::mutex> lock(g_idle_mutex);
+  g_idle_workers.push_back(std::move(w));
+}
 
 uint64_t base_seed() {
   static const uint64_t seed = [] {
@@ -387,17 +430,17 @@ int launch(const char *name, dim3 grid, dim3 block, size_t smem_bytes, const Ker
   std::string first_error;
   std::mutex error_mutex;
 
-  auto work = [&](unsigned wid) {
-    Worker w;
+  auto work = [&]() {
+    std::unique_ptr<Worker> owned = acquire_worker();
+    Worker &w = *owned;
     w.body = &body;
-    w.smem.assign(std::max<size_t>(smem_bytes, 16), 0);
+    if (w.smem.size() < std::max<size_t>(smem_bytes, 16)) w.smem.resize(std::max<size_t>(smem_bytes, 16));
     Worker *saved_worker = tl_worker;
     tl_worker = &w;
     for (;;) {
       const uint64_t i = next.fetch_add(1);
       if (i >= nblocks || failed.load()) break;
       w.rng = (seed + 0x9E3779B97F4A7C15ull * (i + 1)) | 1;
-      (void)wid;
       const uint3 bidx = {unsigned(i % grid.x), unsigned((i / grid.x) % grid.y), unsigned(i / (uint64_t(grid.x) * grid.y))};
       run_block(&w, name, grid, block, bidx, smem_bytes);
       if (!w.error.empty()) {
@@ -408,13 +451,16 @@ int launch(const char *name, dim3 grid, dim3 block, size_t smem_bytes, const Ker
       }
     }
     tl_worker = saved_worker;
+    release_worker(std::move(owned));
   };
   if (nworkers <= 1) {
-    work(0);
+    work();
   } else {
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < nworkers; ++t) pool.emplace_back(work, t);
-    for (auto &t : pool) t.join();
+    // The caller works too; nworkers - 1 helpers join it.
+    std::vector<std::thread> helpers;
+    for (unsigned t = 1; t < nworkers; ++t) helpers.emplace_back(work);
+    work();
+    for (auto &t : helpers) t.join();
   }
   if (failed.load()) {
     tl_last_error = first_error;

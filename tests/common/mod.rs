@@ -130,3 +130,58 @@ pub fn judge(data: &RecurrentData, run: &Run, out_tol: Tolerance) -> Judgement {
         snapshots: compare(&snap_got, &snap_ref, STATE_TOLERANCE),
     }
 }
+
+/// The first `lens[r]` tokens of each request of `data` (same bits), as a new workload.
+pub fn prefix(data: &RecurrentData, lens: &[usize]) -> RecurrentData {
+    use replayssm::workload::GateData;
+    let d = data.dims;
+    let gw = d.gate_width(data.variant);
+    let mut toks = vec![];
+    let mut cu = vec![0i32];
+    for (r, &n) in lens.iter().enumerate() {
+        let bos = data.cu_seqlens[r] as usize;
+        assert!(n <= (data.cu_seqlens[r + 1] as usize - bos));
+        toks.extend(bos..bos + n);
+        cu.push(cu.last().unwrap() + n as i32);
+    }
+    let pick = |b: &ActBuffer, row: usize| -> ActBuffer {
+        let src = b.to_f32();
+        let v: Vec<f32> = toks
+            .iter()
+            .flat_map(|&t| src[t * row..(t + 1) * row].to_vec())
+            .collect();
+        ActBuffer::from_f32(b.dtype(), &v) // exact: values came from this dtype
+    };
+    let pickf =
+        |b: &[f32], row: usize| -> Vec<f32> { toks.iter().flat_map(|&t| b[t * row..(t + 1) * row].to_vec()).collect() };
+    RecurrentData {
+        q: pick(&data.q, d.h * d.k),
+        k: pick(&data.k, d.h * d.k),
+        v: pick(&data.v, d.hv * d.v),
+        gate: match &data.gate {
+            GateData::Raw { a, b, a_log, dt_bias } => GateData::Raw {
+                a: pick(a, d.hv * gw),
+                b: pick(b, d.hv),
+                a_log: a_log.clone(),
+                dt_bias: dt_bias.clone(),
+            },
+            GateData::Precomputed { g, beta } => GateData::Precomputed {
+                g: pickf(g, d.hv * gw),
+                beta: pickf(beta, d.hv),
+            },
+        },
+        cu_seqlens: cu,
+        ..data.clone()
+    }
+}
+
+/// Bit equality of two f32 slices, with the first difference for the message.
+pub fn bits_equal(a: &[f32], b: &[f32]) -> Result<(), String> {
+    if a.len() != b.len() {
+        return Err(format!("lengths {} vs {}", a.len(), b.len()));
+    }
+    match a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits()) {
+        None => Ok(()),
+        Some(i) => Err(format!("element {i}: {:e} vs {:e}", a[i], b[i])),
+    }
+}
