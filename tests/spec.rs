@@ -150,11 +150,8 @@ fn check_ring(data: &RecurrentData, shape: &RingShape, ring: &SpecRing, layer: u
                             );
                         }
                         let (g, beta) = reference::gate_at::<f64>(&inp.gate, data.variant, &d, tok, hv);
-                        for j in 0..gw {
-                            assert!(
-                                (ring.g[gi + j] as f64 - g[j]).abs() <= 1e-6 + 1e-6 * g[j].abs(),
-                                "ring g"
-                            );
+                        for (j, &gj) in g.iter().enumerate().take(gw) {
+                            assert!((ring.g[gi + j] as f64 - gj).abs() <= 1e-6 + 1e-6 * gj.abs(), "ring g");
                         }
                         assert!((ring.beta[bi] as f64 - beta).abs() <= 1e-6, "ring beta");
                     } else {
