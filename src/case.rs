@@ -11,6 +11,8 @@ use crate::dtype::{bytes_of, ActBuffer, DType};
 use crate::numerics::{compare, Comparison, Tolerance};
 use crate::problem::{HeadDims, Variant};
 use crate::recurrent::{recurrent, RecurrentOutputs};
+use crate::ring::{RingShape, SpecRing};
+use crate::spec::{fold, verify, PoolRef};
 use crate::workload::{GateData, RecurrentData};
 
 pub const FORMAT: &str = "replayssm-case/1";
@@ -27,7 +29,7 @@ pub enum Op {
 }
 
 impl Op {
-    fn parse(s: &str) -> Option<Op> {
+    pub fn parse(s: &str) -> Option<Op> {
         Some(match s {
             "recurrent" => Op::Recurrent,
             "verify" => Op::Verify,
@@ -73,7 +75,7 @@ pub enum CaseError {
         name: &'static str,
         msg: String,
     },
-    #[error("{path}: op '{op}' is not supported by this build (it runs: recurrent)")]
+    #[error("{path}: op '{op}' is not supported by this build (it runs: recurrent, verify, fold)")]
     UnsupportedOp { path: PathBuf, op: String },
     #[error("{path}: {source}")]
     Run { path: PathBuf, source: crate::Error },
@@ -88,22 +90,26 @@ pub struct Case {
     pub tolerance: Tolerance,
     pub data: RecurrentData,
     pub expected_o: Vec<f32>,
-    pub expected_state: Vec<f32>,
+    /// `recurrent`: after all tokens; `fold`: after `accept[r]`; `verify` (optional): unchanged.
+    pub expected_state: Option<Vec<f32>>,
+    /// `fold` only: tokens to commit per request.
+    pub accept: Option<Vec<i32>>,
 }
 
 /// Per-tensor comparisons of one run.
 #[derive(Clone, Debug)]
 pub struct CaseReport {
     pub o: Comparison,
-    pub state_out: Comparison,
+    /// `None` when the case has no `state_out` (allowed for `verify`).
+    pub state_out: Option<Comparison>,
 }
 
 impl CaseReport {
     pub fn passed(&self) -> bool {
-        self.o.passed() && self.state_out.passed()
+        self.o.passed() && self.state_out.is_none_or(|c| c.passed())
     }
     pub fn max_err(&self) -> f64 {
-        self.o.max_abs_err.max(self.state_out.max_abs_err)
+        self.o.max_abs_err.max(self.state_out.map_or(0.0, |c| c.max_abs_err))
     }
 }
 
@@ -262,7 +268,7 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         key: "op",
         msg: format!("unknown op '{op_name}'"),
     })?;
-    if op != Op::Recurrent {
+    if !matches!(op, Op::Recurrent | Op::Verify | Op::Fold) {
         return Err(CaseError::UnsupportedOp {
             path: path.to_path_buf(),
             op: op_name.to_string(),
@@ -323,7 +329,23 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
     let state_shape = [Some(requests), Some(hv), Some(vd), Some(kd)];
     let state = r.f32s("state_in", &state_shape)?;
     let expected_o = r.f32s("o", &[Some(n), Some(hv), Some(vd)])?;
-    let expected_state = r.f32s("state_out", &state_shape)?;
+    let expected_state = if op == Op::Verify && !r.has("state_out") {
+        None
+    } else {
+        Some(r.f32s("state_out", &state_shape)?)
+    };
+    let accept = if op == Op::Fold {
+        let a = r.i32s("accept", &[Some(requests)])?;
+        for (i, &n) in a.iter().enumerate() {
+            let len = cu_seqlens[i + 1] - cu_seqlens[i];
+            if n < 0 || n > len {
+                return Err(r.bad("accept", format!("accept[{i}] = {n} outside 0..={len} (the request's window)")));
+            }
+        }
+        Some(a)
+    } else {
+        None
+    };
     Ok(Case {
         path: path.to_path_buf(),
         op,
@@ -344,34 +366,72 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         },
         expected_o,
         expected_state,
+        accept,
     })
 }
 
-/// Runs a case on `backend` and compares with its expected tensors.
+/// Runs a case on `backend` and compares with its expected tensors: `recurrent` through kernel
+/// R, `verify` through kernel V (ring written), `fold` through V then F with `accept`.
 pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
     let d = case.data.dims;
     let n = case.data.num_tokens();
     let mut o = ActBuffer::nan(case.data.dtype, n * d.hv * d.v);
     let mut state = case.data.state.clone();
-    let mut out = RecurrentOutputs {
-        o: o.dense_mut(n, d.hv * d.v),
-        state: &mut state,
-        write_state: true,
-        snapshots: None,
-    };
-    recurrent(backend, &case.data.inputs(), &mut out).map_err(|source| CaseError::Run {
+    let run_err = |source| CaseError::Run {
         path: case.path.clone(),
         source,
-    })?;
+    };
+    match case.op {
+        Op::Recurrent => {
+            let mut out = RecurrentOutputs {
+                o: o.dense_mut(n, d.hv * d.v),
+                state: &mut state,
+                write_state: true,
+                snapshots: None,
+            };
+            recurrent(backend, &case.data.inputs(), &mut out).map_err(run_err)?;
+        }
+        Op::Verify | Op::Fold => {
+            let requests = case.data.cu_seqlens.len() - 1;
+            let window = case.data.cu_seqlens.windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(1).max(1);
+            let shape = RingShape {
+                variant: case.data.variant,
+                dims: d,
+                dtype: case.data.dtype,
+                layers: 1,
+                slots: requests,
+                window,
+            };
+            let mut ring = SpecRing::new(shape, case.data.qk_l2norm).map_err(run_err)?;
+            let pool = PoolRef {
+                shape,
+                state: &case.data.state,
+                layer: 0,
+            };
+            verify(backend, &case.data.inputs(), &pool, &mut o.dense_mut(n, d.hv * d.v), Some(&mut ring)).map_err(run_err)?;
+            if let Some(accept) = &case.accept {
+                fold(backend, &mut state, &ring, &case.data.slots, accept, None).map_err(run_err)?;
+            }
+        }
+        _ => unreachable!("load() refuses other ops"),
+    }
     let widen = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
     Ok(CaseReport {
         o: compare(&o.to_f32(), &widen(&case.expected_o), case.tolerance),
-        state_out: compare(&state, &widen(&case.expected_state), case.tolerance),
+        state_out: case
+            .expected_state
+            .as_ref()
+            .map(|e| compare(&state, &widen(e), case.tolerance)),
     })
 }
 
-/// Writes a `recurrent` case whose expected tensors come from the f64 reference.
-pub fn write_recurrent(path: &Path, data: &RecurrentData, tolerance: Tolerance) -> std::io::Result<()> {
+/// Writes a case whose expected tensors come from the f64 reference: `recurrent` (state after
+/// all tokens), `verify` (outputs; `state_out` = the unchanged checkpoint) or `fold` (outputs,
+/// and the state after `accept[r]` tokens).
+pub fn write_case(path: &Path, op: Op, data: &RecurrentData, accept: Option<&[i32]>, tolerance: Tolerance) -> std::io::Result<()> {
+    if !matches!(op, Op::Recurrent | Op::Verify | Op::Fold) || (op == Op::Fold) != accept.is_some() {
+        return Err(std::io::Error::other(format!("cannot write op {} (accept given: {})", op.name(), accept.is_some())));
+    }
     let d = data.dims;
     let n = data.num_tokens();
     let requests = data.cu_seqlens.len() - 1;
@@ -388,11 +448,27 @@ pub fn write_recurrent(path: &Path, data: &RecurrentData, tolerance: Tolerance) 
     local.slots = (0..requests as i32).collect();
     let res = crate::reference::recurrent::<f64>(&local.inputs(), &local.state);
     let o: Vec<f32> = res.o.iter().map(|&x| x as f32).collect();
-    let state_out: Vec<f32> = res
-        .final_state
-        .iter()
-        .flat_map(|s| s.as_ref().expect("live request").iter().map(|&x| x as f32))
-        .collect();
+    let state_out: Vec<f32> = match op {
+        Op::Verify => local.state.clone(),
+        _ => {
+            let final_states = match accept {
+                // The state after accept[r] tokens: the snapshot at step accept[r] - 1.
+                Some(acc) => (0..requests)
+                    .map(|r| {
+                        let n = acc[r] as usize;
+                        let snaps = res.snapshots[r].as_ref().expect("live request");
+                        if n == 0 {
+                            local.state[r * per_slot..(r + 1) * per_slot].iter().map(|&x| x as f64).collect()
+                        } else {
+                            snaps[(n - 1) * per_slot..n * per_slot].to_vec()
+                        }
+                    })
+                    .collect::<Vec<Vec<f64>>>(),
+                None => res.final_state.iter().map(|s| s.clone().expect("live request")).collect(),
+            };
+            final_states.iter().flat_map(|s| s.iter().map(|&x| x as f32)).collect()
+        }
+    };
 
     let st_dtype = |t: DType| match t {
         DType::F32 => Dtype::F32,
@@ -441,6 +517,9 @@ pub fn write_recurrent(path: &Path, data: &RecurrentData, tolerance: Tolerance) 
             bytes_of(&state_out).to_vec(),
         ),
     ];
+    if let Some(acc) = accept {
+        tensors.push(("accept".into(), Dtype::I32, vec![requests], bytes_of(acc).to_vec()));
+    }
     match &local.gate {
         GateData::Raw { a, b, a_log, dt_bias } => {
             tensors.push(("a".into(), st_dtype(act), gate_shape, a.as_bytes().to_vec()));
@@ -465,7 +544,7 @@ pub fn write_recurrent(path: &Path, data: &RecurrentData, tolerance: Tolerance) 
         .collect();
     let metadata: HashMap<String, String> = [
         ("format", FORMAT.to_string()),
-        ("op", "recurrent".to_string()),
+        ("op", op.name().to_string()),
         ("variant", data.variant.name().to_string()),
         ("scale", format!("{:e}", data.scale)),
         ("qk_l2norm", data.qk_l2norm.to_string()),

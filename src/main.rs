@@ -40,10 +40,16 @@ enum Command {
         #[arg(long, default_value = "emulated")]
         backend: Backend,
     },
-    /// Write a `recurrent` case file whose expected tensors come from the f64 reference.
+    /// Write a case file (recurrent, verify or fold) whose expected tensors come from the f64 reference.
     MakeCase {
         #[arg(long)]
         out: PathBuf,
+        /// recurrent, verify or fold.
+        #[arg(long, default_value = "recurrent")]
+        op: String,
+        /// fold only: tokens committed per request (default: random in 0..=window).
+        #[arg(long, value_delimiter = ',')]
+        accept: Vec<i32>,
         #[arg(long, default_value = "gdn")]
         variant: Variant,
         #[arg(long, default_value = "bf16")]
@@ -76,6 +82,8 @@ fn main() -> ExitCode {
         Command::Check { files, backend } => check(&files, backend),
         Command::MakeCase {
             out,
+            op,
+            accept,
             variant,
             dtype,
             dims,
@@ -109,8 +117,23 @@ fn main() -> ExitCode {
                 eprintln!("make-case: {e}");
                 return ExitCode::FAILURE;
             }
+            let Some(op) = case::Op::parse(&op) else {
+                eprintln!("make-case: unknown op '{op}' (expected recurrent, verify or fold)");
+                return ExitCode::FAILURE;
+            };
             let data = RecurrentData::random(&spec, seed);
-            match case::write_recurrent(&out, &data, Tolerance { atol, rtol }) {
+            let accept: Option<Vec<i32>> = match op {
+                case::Op::Fold if accept.is_empty() => Some(
+                    data.cu_seqlens
+                        .windows(2)
+                        .enumerate()
+                        .map(|(i, w)| ((seed as usize * 7 + i * 3) % (w[1] - w[0] + 1) as usize) as i32)
+                        .collect(),
+                ),
+                case::Op::Fold => Some(accept),
+                _ => None,
+            };
+            match case::write_case(&out, op, &data, accept.as_deref(), Tolerance { atol, rtol }) {
                 Ok(()) => {
                     println!("wrote {}", out.display());
                     ExitCode::SUCCESS
@@ -283,7 +306,7 @@ fn check(files: &[PathBuf], backend: Backend) -> ExitCode {
                     c.op.name(),
                     r.max_err(),
                     r.o,
-                    r.state_out,
+                    r.state_out.map_or("none".to_string(), |c| c.to_string()),
                     c.tolerance.atol,
                     c.tolerance.rtol
                 );

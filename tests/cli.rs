@@ -25,7 +25,7 @@ fn tmp(name: &str) -> PathBuf {
 #[test]
 fn shipped_cases_pass_on_emulated_and_reference() {
     let files = cases();
-    assert!(files.len() >= 4, "expected the shipped cases, found {files:?}");
+    assert!(files.len() >= 8, "expected the shipped cases, found {files:?}");
     for backend in ["emulated", "reference"] {
         let out = bin()
             .arg("check")
