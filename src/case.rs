@@ -339,7 +339,10 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         for (i, &n) in a.iter().enumerate() {
             let len = cu_seqlens[i + 1] - cu_seqlens[i];
             if n < 0 || n > len {
-                return Err(r.bad("accept", format!("accept[{i}] = {n} outside 0..={len} (the request's window)")));
+                return Err(r.bad(
+                    "accept",
+                    format!("accept[{i}] = {n} outside 0..={len} (the request's window)"),
+                ));
             }
         }
         Some(a)
@@ -393,7 +396,14 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
         }
         Op::Verify | Op::Fold => {
             let requests = case.data.cu_seqlens.len() - 1;
-            let window = case.data.cu_seqlens.windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(1).max(1);
+            let window = case
+                .data
+                .cu_seqlens
+                .windows(2)
+                .map(|w| (w[1] - w[0]) as usize)
+                .max()
+                .unwrap_or(1)
+                .max(1);
             let shape = RingShape {
                 variant: case.data.variant,
                 dims: d,
@@ -408,7 +418,14 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
                 state: &case.data.state,
                 layer: 0,
             };
-            verify(backend, &case.data.inputs(), &pool, &mut o.dense_mut(n, d.hv * d.v), Some(&mut ring)).map_err(run_err)?;
+            verify(
+                backend,
+                &case.data.inputs(),
+                &pool,
+                &mut o.dense_mut(n, d.hv * d.v),
+                Some(&mut ring),
+            )
+            .map_err(run_err)?;
             if let Some(accept) = &case.accept {
                 fold(backend, &mut state, &ring, &case.data.slots, accept, None).map_err(run_err)?;
             }
@@ -428,9 +445,19 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
 /// Writes a case whose expected tensors come from the f64 reference: `recurrent` (state after
 /// all tokens), `verify` (outputs; `state_out` = the unchanged checkpoint) or `fold` (outputs,
 /// and the state after `accept[r]` tokens).
-pub fn write_case(path: &Path, op: Op, data: &RecurrentData, accept: Option<&[i32]>, tolerance: Tolerance) -> std::io::Result<()> {
+pub fn write_case(
+    path: &Path,
+    op: Op,
+    data: &RecurrentData,
+    accept: Option<&[i32]>,
+    tolerance: Tolerance,
+) -> std::io::Result<()> {
     if !matches!(op, Op::Recurrent | Op::Verify | Op::Fold) || (op == Op::Fold) != accept.is_some() {
-        return Err(std::io::Error::other(format!("cannot write op {} (accept given: {})", op.name(), accept.is_some())));
+        return Err(std::io::Error::other(format!(
+            "cannot write op {} (accept given: {})",
+            op.name(),
+            accept.is_some()
+        )));
     }
     let d = data.dims;
     let n = data.num_tokens();
@@ -458,13 +485,20 @@ pub fn write_case(path: &Path, op: Op, data: &RecurrentData, accept: Option<&[i3
                         let n = acc[r] as usize;
                         let snaps = res.snapshots[r].as_ref().expect("live request");
                         if n == 0 {
-                            local.state[r * per_slot..(r + 1) * per_slot].iter().map(|&x| x as f64).collect()
+                            local.state[r * per_slot..(r + 1) * per_slot]
+                                .iter()
+                                .map(|&x| x as f64)
+                                .collect()
                         } else {
                             snaps[(n - 1) * per_slot..n * per_slot].to_vec()
                         }
                     })
                     .collect::<Vec<Vec<f64>>>(),
-                None => res.final_state.iter().map(|s| s.clone().expect("live request")).collect(),
+                None => res
+                    .final_state
+                    .iter()
+                    .map(|s| s.clone().expect("live request"))
+                    .collect(),
             };
             final_states.iter().flat_map(|s| s.iter().map(|&x| x as f32)).collect()
         }

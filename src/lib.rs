@@ -11,6 +11,7 @@ pub mod backend;
 pub mod build_info;
 pub mod case;
 pub mod cuda;
+pub mod demo;
 pub mod dtype;
 pub mod emulator;
 pub mod error;

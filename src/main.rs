@@ -2,13 +2,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use replayssm::backend::Backend;
-use replayssm::numerics::{compare, Tolerance};
+use replayssm::numerics::Tolerance;
 use replayssm::workload::{RecurrentData, WorkloadSpec};
-use replayssm::{build_info, case, cuda, reference, ActBuffer, DType, HeadDims, RecurrentOutputs, Variant};
+use replayssm::{build_info, case, cuda, DType, HeadDims, Variant};
 
 #[derive(Parser)]
 #[command(
@@ -25,13 +24,17 @@ struct Cli {
 enum Command {
     /// Print the build (nvcc, archs, backends), GPU usability and the per-kernel resource report.
     Info,
-    /// Run kernel R on the best backend present (Cuda, else Emulated) against the f64 reference.
+    /// Kernel R vs the f64 reference, then a simulated speculative-decoding run (ReplaySSM vs the
+    /// recurrent baseline) on the best backend present (Cuda, else Emulated).
     Demo {
         /// Force a backend instead of the best one present.
         #[arg(long)]
         backend: Option<Backend>,
         #[arg(long, default_value_t = 7)]
         seed: u64,
+        /// Speculative-decoding steps of the simulation.
+        #[arg(long, default_value_t = 200)]
+        steps: usize,
     },
     /// Run case files (replayssm-case/1) and compare with their expected tensors.
     Check {
@@ -78,7 +81,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Info => info(),
-        Command::Demo { backend, seed } => demo(backend.unwrap_or_else(Backend::best), seed),
+        Command::Demo { backend, seed, steps } => demo(backend.unwrap_or_else(Backend::best), seed, steps),
         Command::Check { files, backend } => check(&files, backend),
         Command::MakeCase {
             out,
@@ -185,108 +188,23 @@ fn info() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// A small hybrid-model slice: several linear-attention layers, GQA, a batch of requests with
-/// a verify-sized window each, through kernel R with per-step snapshots (what ReplaySSM
-/// replaces), judged against the f64 reference.
-fn demo(backend: Backend, seed: u64) -> ExitCode {
+fn demo(backend: Backend, seed: u64, steps: usize) -> ExitCode {
     if let Err(why) = backend.availability() {
         eprintln!("demo: backend {backend} is not available: {why}");
         return ExitCode::FAILURE;
     }
-    let dims = HeadDims {
-        h: 4,
-        hv: 8,
-        k: 128,
-        v: 128,
-    };
-    let (layers, batch, window) = (4usize, 8usize, 4usize);
-    let dtype = DType::BF16;
-    let out_tol = Tolerance { atol: 1e-4, rtol: 8e-3 };
-    let state_tol = Tolerance { atol: 1e-6, rtol: 1e-5 };
-    println!("replayssm demo: kernel R (recurrent baseline with snapshots) on the {backend} backend");
     if backend != Backend::Cuda {
-        match cuda::device() {
-            Ok(_) => {}
-            Err(why) => println!("  (no GPU: {why})"),
+        if let Err(why) = cuda::device() {
+            println!("(no GPU: {why})");
         }
     }
-    println!(
-        "  {layers} layers (GDN, KDA alternating), B={batch} requests x T={window} tokens, H={} HV={} K={} V={}, {dtype} activations, f32 checkpoint",
-        dims.h, dims.hv, dims.k, dims.v
-    );
-    let mut all_ok = true;
-    let mut worst = (0f64, 0f64);
-    let started = Instant::now();
-    for layer in 0..layers {
-        let variant = if layer % 2 == 0 { Variant::Gdn } else { Variant::Kda };
-        let spec = WorkloadSpec {
-            variant,
-            dims,
-            dtype,
-            seqlens: vec![window; batch],
-            null_requests: vec![batch - 1],
-            spare_slots: 4,
-            raw_gate: true,
-            qk_l2norm: true,
-        };
-        let data = RecurrentData::random(&spec, seed.wrapping_mul(1000).wrapping_add(layer as u64));
-        let n = data.num_tokens();
-        let mut o = ActBuffer::nan(dtype, n * dims.hv * dims.v);
-        let mut state = data.state.clone();
-        let mut snaps = vec![f32::NAN; batch * window * dims.state_elems()];
-        let t0 = Instant::now();
-        let result = replayssm::recurrent(
-            backend,
-            &data.inputs(),
-            &mut RecurrentOutputs {
-                o: o.dense_mut(n, dims.hv * dims.v),
-                state: &mut state,
-                write_state: true,
-                snapshots: Some(&mut snaps),
-            },
-        );
-        let elapsed = t0.elapsed();
-        if let Err(e) = result {
-            eprintln!("  layer {layer}: {e}");
-            return ExitCode::FAILURE;
+    match replayssm::demo::run(backend, seed, steps) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("demo: {e}");
+            ExitCode::FAILURE
         }
-        let f64ref = reference::recurrent::<f64>(&data.inputs(), &data.state);
-        let o_cmp = compare(&o.to_f32(), &f64ref.o, out_tol);
-        let per_slot = dims.state_elems();
-        let mut expected: Vec<f64> = data.state.iter().map(|&x| x as f64).collect();
-        for (r, s) in f64ref.final_state.iter().enumerate() {
-            if let Some(s) = s {
-                let slot = data.slots[r] as usize;
-                expected[slot * per_slot..(slot + 1) * per_slot].copy_from_slice(s);
-            }
-        }
-        let s_cmp = compare(&state, &expected, state_tol);
-        let ok = o_cmp.passed() && s_cmp.passed();
-        all_ok &= ok;
-        worst = (worst.0.max(o_cmp.max_abs_err), worst.1.max(s_cmp.max_abs_err));
-        println!(
-            "  layer {layer} ({variant}): outputs max |err| {:.3e}, checkpoint max |err| {:.3e} vs f64 -> {} ({:.1} ms)",
-            o_cmp.max_abs_err,
-            s_cmp.max_abs_err,
-            if ok { "pass" } else { "FAIL" },
-            elapsed.as_secs_f64() * 1e3
-        );
-    }
-    println!(
-        "result: backend={backend} largest error vs f64: outputs {:.3e} (bf16 output rounding; tol {:.0e}+{:.0e}|r|), checkpoint {:.3e} (tol {:.0e}+{:.0e}|r|): {} in {:.2} s",
-        worst.0,
-        out_tol.atol,
-        out_tol.rtol,
-        worst.1,
-        state_tol.atol,
-        state_tol.rtol,
-        if all_ok { "PASS" } else { "FAIL" },
-        started.elapsed().as_secs_f64()
-    );
-    if all_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     }
 }
 

@@ -145,14 +145,22 @@ fn info_reports_build_and_gpu() {
 }
 
 #[test]
-fn demo_runs_on_the_best_backend_and_reports_its_error() {
-    let out = bin().arg("demo").output().unwrap();
+fn demo_runs_on_the_best_backend_and_reports_bit_identical_commits() {
+    let out = bin().args(["demo", "--steps", "40"]).output().unwrap();
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{s}{}", String::from_utf8_lossy(&out.stderr));
     let expected_backend = replayssm::Backend::best().name();
     assert!(
-        s.contains(&format!("result: backend={expected_backend} largest error vs f64")),
+        s.contains(&format!(
+            "kernel R (recurrent baseline) on the {expected_backend} backend"
+        )),
         "{s}"
     );
-    assert!(s.contains("PASS"), "{s}");
+    assert!(s.contains("largest error vs f64"), "{s}");
+    assert!(s.contains("BIT-IDENTICAL to the baseline"), "{s}");
+    assert!(
+        s.contains("speculative scratch") && s.contains("modelled bytes per step"),
+        "{s}"
+    );
+    assert!(s.contains(&format!("result: backend={expected_backend} PASS")), "{s}");
 }

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod spec_chain;
+
 use std::io::Write;
 
 use replayssm::backend::Backend;

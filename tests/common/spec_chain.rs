@@ -1,0 +1,188 @@
+//! Shared by tests/spec.rs and tests/gpu.rs: pools, verify runs and the chained-commit check.
+
+use rand::{Rng, SeedableRng};
+use replayssm::backend::Backend;
+use replayssm::ring::{RingShape, SpecRing};
+use replayssm::spec::{fold, replay, verify, PoolRef, Track};
+use replayssm::workload::RecurrentData;
+use replayssm::{ActBuffer, DType, HeadDims, RecurrentOutputs, Variant};
+
+use super::{bits_equal, prefix, spec};
+
+pub fn rng(seed: u64) -> rand_chacha::ChaCha8Rng {
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// A pool of `layers` layers with the workload's slots, filled with random checkpoints.
+pub fn pool_for(data: &RecurrentData, layers: usize, window: usize, seed: u64) -> (RingShape, Vec<f32>) {
+    let slots = data.state.len() / data.dims.state_elems();
+    let shape = RingShape {
+        variant: data.variant,
+        dims: data.dims,
+        dtype: data.dtype,
+        layers,
+        slots,
+        window,
+    };
+    let mut r = rng(seed);
+    let pool = (0..shape.pool_elems()).map(|_| r.gen_range(-0.5f32..0.5)).collect();
+    (shape, pool)
+}
+
+pub fn run_verify(
+    backend: Backend,
+    data: &RecurrentData,
+    pool: &PoolRef<'_>,
+    ring: Option<&mut SpecRing>,
+) -> replayssm::Result<ActBuffer> {
+    let d = data.dims;
+    let n = data.num_tokens();
+    let mut o = ActBuffer::nan(data.dtype, n * d.hv * d.v);
+    verify(backend, &data.inputs(), pool, &mut o.dense_mut(n, d.hv * d.v), ring)?;
+    Ok(o)
+}
+
+/// One chain of commits: every step draws a fresh window per request, verifies every layer
+/// (writing the ring), then commits random accept lengths three ways from the same start:
+/// F (fold, all layers), P (replay, per layer) and R (recurrent over the accepted tokens).
+/// The three pools must stay bit-identical; track snapshots must equal R's snapshots.
+#[allow(clippy::too_many_arguments)]
+pub fn chain(
+    backend: Backend,
+    variant: Variant,
+    dims: HeadDims,
+    dtype: DType,
+    layers: usize,
+    batch: usize,
+    commits: usize,
+    seed: u64,
+) {
+    let window = 4usize;
+    let mut r = rng(seed);
+    let live_slots = &[3i32, 0, 4][..batch];
+    let num_slots = 7; // up to 3 live, 3 track, 1 never used
+    let shape = RingShape {
+        variant,
+        dims,
+        dtype,
+        layers,
+        slots: num_slots,
+        window,
+    };
+    let mut pool_f: Vec<f32> = (0..shape.pool_elems()).map(|_| r.gen_range(-0.5f32..0.5)).collect();
+    let mut pool_p = pool_f.clone();
+    let mut pool_r = pool_f.clone();
+    let mut ring = SpecRing::new(shape, true).unwrap();
+    let per_slot = dims.state_elems();
+    let mut total_accepted = 0usize;
+    for step in 0..commits {
+        let mut s = spec(variant, dims, dtype, &vec![window; batch]);
+        s.raw_gate = step % 3 != 0;
+        s.spare_slots = num_slots - batch;
+        let windows: Vec<RecurrentData> = (0..layers)
+            .map(|l| {
+                let mut w = RecurrentData::random(&s, seed * 7_000_003 + (step * layers + l) as u64);
+                w.slots = live_slots.to_vec();
+                w
+            })
+            .collect();
+        for (l, w) in windows.iter().enumerate() {
+            let pref = PoolRef {
+                shape,
+                state: &pool_f,
+                layer: l,
+            };
+            run_verify(backend, w, &pref, Some(&mut ring)).unwrap();
+        }
+        // Accept lengths include 0 and W; track a random step of some requests.
+        let accept: Vec<i32> = (0..batch)
+            .map(|_| match r.gen_range(0..6) {
+                0 => 0,
+                1 => window as i32,
+                _ => r.gen_range(1..=window as i32),
+            })
+            .collect();
+        let track_slots: Vec<i32> = (0..batch)
+            .map(|b| {
+                if accept[b] > 0 && r.gen_bool(0.4) {
+                    [1, 2, 5][b]
+                } else {
+                    -1
+                }
+            })
+            .collect();
+        let track_steps: Vec<i32> = (0..batch)
+            .map(|b| {
+                if track_slots[b] >= 0 {
+                    r.gen_range(0..accept[b])
+                } else {
+                    -1
+                }
+            })
+            .collect();
+        fold(
+            backend,
+            &mut pool_f,
+            &ring,
+            live_slots,
+            &accept,
+            Some(Track {
+                slots: &track_slots,
+                steps: &track_steps,
+            }),
+        )
+        .unwrap();
+        for l in 0..layers {
+            replay(backend, &mut pool_p, &ring, l, live_slots, &accept).unwrap();
+        }
+        let lens: Vec<usize> = accept.iter().map(|&n| n as usize).collect();
+        total_accepted += lens.iter().sum::<usize>();
+        for (l, w) in windows.iter().enumerate() {
+            let acc = prefix(w, &lens);
+            let n = acc.num_tokens();
+            let layer_pool = &mut pool_r[shape.pool_offset(l, 0)..shape.pool_offset(l + 1, 0)];
+            let mut o = ActBuffer::nan(dtype, n * dims.hv * dims.v);
+            let tmax = lens.iter().copied().max().unwrap_or(0).max(1);
+            let mut snaps = vec![f32::NAN; batch * tmax * per_slot];
+            replayssm::recurrent(
+                backend,
+                &acc.inputs(),
+                &mut RecurrentOutputs {
+                    o: o.dense_mut(n, dims.hv * dims.v),
+                    state: layer_pool,
+                    write_state: true,
+                    snapshots: Some(&mut snaps),
+                },
+            )
+            .unwrap();
+            for b in 0..batch {
+                if track_slots[b] >= 0 {
+                    let ts = track_slots[b] as usize;
+                    let got = &pool_f[shape.pool_offset(l, ts)..shape.pool_offset(l, ts) + per_slot];
+                    let at = (b * tmax + track_steps[b] as usize) * per_slot;
+                    if let Err(e) = bits_equal(got, &snaps[at..at + per_slot]) {
+                        panic!("{backend} {variant} {dtype} commit {step} layer {l} request {b}: track snapshot != R's state after step {}: {e}", track_steps[b]);
+                    }
+                }
+            }
+        }
+        // Compare the live slots (track slots differ by construction: only F writes them).
+        for l in 0..layers {
+            for &slot in live_slots {
+                let range = shape.pool_offset(l, slot as usize)..shape.pool_offset(l, slot as usize) + per_slot;
+                if let Err(e) = bits_equal(&pool_f[range.clone()], &pool_r[range.clone()]) {
+                    panic!("{backend} {variant} {dtype} commit {step} layer {l} slot {slot}: fold != recurrent: {e}");
+                }
+                if let Err(e) = bits_equal(&pool_p[range.clone()], &pool_r[range]) {
+                    panic!("{backend} {variant} {dtype} commit {step} layer {l} slot {slot}: replay != recurrent: {e}");
+                }
+            }
+        }
+        let unused = shape.pool_offset(layers - 1, 6)..shape.pool_offset(layers - 1, 6) + per_slot;
+        assert!(
+            bits_equal(&pool_f[unused.clone()], &pool_r[unused]).is_ok(),
+            "untouched slot changed"
+        );
+    }
+    println!("{backend} {variant} {dtype} {dims:?}: {commits} commits, {total_accepted} tokens folded, bit-identical");
+}
