@@ -13,7 +13,7 @@ use replayssm::reference;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::{fold, replay, track_step, PoolRef, Track};
 use replayssm::workload::RecurrentData;
-use replayssm::{DType, Error, HeadDims, Variant};
+use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
 
 #[test]
 fn verify_matches_f64_reference_for_every_window_length() {
@@ -48,6 +48,7 @@ fn verify_matches_f64_reference_for_every_window_length() {
                 s.raw_gate = t % 4 != 2;
                 let data = RecurrentData::random(&s, seed);
                 let (shape, pool) = pool_for(&data, 2, t + 1, seed);
+                let pool_copy = pool.clone();
                 let pref = PoolRef {
                     shape,
                     state: &pool,
@@ -71,11 +72,36 @@ fn verify_matches_f64_reference_for_every_window_length() {
                     c.max_abs_err,
                     naive_err.max_abs_err
                 );
-                // The checkpoint is read only: the pool is untouched (it was only borrowed, but the
-                // kernel got a pointer; compare bits anyway against a copy).
+                // Ring writing does not change the outputs (bit-equal without a ring).
                 let again = run_verify(Backend::Emulated, &data, &pref, None).unwrap();
                 assert_eq!(o, again, "{what}: ring writing changed the outputs");
                 check_ring(&data, &shape, &ring, 1);
+                // The checkpoint is read only: the kernel got a pointer to it, so check the bits.
+                assert!(
+                    bits_equal(&pool, &pool_copy).is_ok(),
+                    "{what}: verify changed the checkpoint pool"
+                );
+                // And V agrees with R (same backend) within the output tolerance.
+                let mut r_state = layer_pool.to_vec();
+                let n = data.num_tokens();
+                let mut r_o = ActBuffer::nan(dtype, n * dims.hv * dims.v);
+                replayssm::recurrent(
+                    Backend::Emulated,
+                    &data.inputs(),
+                    &mut RecurrentOutputs {
+                        o: r_o.dense_mut(n, dims.hv * dims.v),
+                        state: &mut r_state,
+                        write_state: false,
+                        snapshots: None,
+                    },
+                )
+                .unwrap();
+                let r64: Vec<f64> = r_o.to_f32().iter().map(|&x| x as f64).collect();
+                let vr = compare(&o.to_f32(), &r64, tol);
+                assert!(
+                    vr.non_finite == 0 && vr.max_abs_err <= 2.0 * c.max_abs_err.max(naive_err.max_abs_err) + tol.atol,
+                    "{what}: V vs R {vr}"
+                );
             }
         }
     }
@@ -541,4 +567,97 @@ fn fold_of_a_garbage_device_slot_is_skipped_and_stays_inside_the_pool() {
             );
         }
     }
+}
+
+#[test]
+fn verify_of_a_garbage_device_slot_is_skipped_and_writes_no_ring_outside_its_buffers() {
+    use replayssm::ffi;
+    use replayssm::workload::GateData;
+    let (data, shape, pool, _) = small();
+    let d = shape.dims;
+    let n = data.num_tokens();
+    let guard = 2048;
+    let with_guards = |len: usize| -> Vec<f32> {
+        let mut v = vec![f32::from_bits(0x7fc0_dead); guard];
+        v.extend(std::iter::repeat_n(f32::NAN, len));
+        v.extend(std::iter::repeat_n(f32::from_bits(0x7fc0_beef), guard));
+        v
+    };
+    let ls = shape.layers * shape.slots * shape.window;
+    let (mut rv, mut rk, mut rg, mut rb) = (
+        with_guards(ls * d.hv * d.v),
+        with_guards(ls * d.h * d.k),
+        with_guards(ls * d.hv),
+        with_guards(ls * d.hv),
+    );
+    let GateData::Raw { a, b, a_log, dt_bias } = &data.gate else {
+        unreachable!()
+    };
+    let slots = [1, 1 << 30];
+    let mut o = vec![f32::NAN; n * d.hv * d.v];
+    let mut word = 0u32;
+    let p = ffi::rssm_verify_params {
+        q: data.q.as_bytes().as_ptr().cast(),
+        k: data.k.as_bytes().as_ptr().cast(),
+        v: data.v.as_bytes().as_ptr().cast(),
+        a: a.as_bytes().as_ptr().cast(),
+        b: b.as_bytes().as_ptr().cast(),
+        A_log: a_log.as_ptr(),
+        dt_bias: dt_bias.as_ptr(),
+        cu_seqlens: data.cu_seqlens.as_ptr(),
+        slots: slots.as_ptr(),
+        state: pool.as_ptr(),
+        o: o.as_mut_ptr().cast(),
+        ring_v: rv[guard..].as_mut_ptr().cast(),
+        ring_k: rk[guard..].as_mut_ptr().cast(),
+        ring_g: rg[guard..].as_mut_ptr(),
+        ring_beta: rb[guard..].as_mut_ptr(),
+        error_word: &mut word,
+        q_stride: (d.h * d.k) as i64,
+        k_stride: (d.h * d.k) as i64,
+        v_stride: (d.hv * d.v) as i64,
+        a_stride: d.hv as i64,
+        b_stride: d.hv as i64,
+        o_stride: (d.hv * d.v) as i64,
+        num_tokens: n as i32,
+        batch: 2,
+        max_seqlen: 4,
+        num_slots: shape.slots as i32,
+        num_layers: shape.layers as i32,
+        layer: 1,
+        window: shape.window as i32,
+        H: d.h as i32,
+        HV: d.hv as i32,
+        K: d.k as i32,
+        V: d.v as i32,
+        scale: data.scale,
+        dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
+        variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
+        qk_l2norm: 1,
+        ..Default::default()
+    };
+    // SAFETY: host buffers sized for these params; only the second slot index is garbage.
+    let st = unsafe { ffi::rssm_emu_verify(&p, std::ptr::null_mut()) };
+    assert_eq!(st, ffi::rssm_status_RSSM_OK);
+    assert_eq!(word, ffi::RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+    for buf in [&rv, &rk, &rg, &rb] {
+        assert!(
+            buf[..guard].iter().all(|x| x.to_bits() == 0x7fc0_dead),
+            "ring write before its buffer"
+        );
+        assert!(
+            buf[buf.len() - guard..].iter().all(|x| x.to_bits() == 0x7fc0_beef),
+            "ring write after its buffer"
+        );
+    }
+    // Request 1 (tokens 3..7) got zeros; request 0 real outputs.
+    let row = d.hv * d.v;
+    assert!(
+        o[3 * row..].iter().all(|x| x.to_bits() == 0),
+        "skipped request's outputs not zero"
+    );
+    assert!(
+        o[..3 * row].iter().all(|x| x.is_finite()),
+        "live request's outputs missing"
+    );
 }
