@@ -63,6 +63,18 @@ pub struct RecurrentPlan {
 /// Head dims the CUDA and emulated kernels are compiled for.
 pub const KERNEL_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
+/// The kernels (not the reference) are compiled for K in [`KERNEL_HEAD_DIMS`] only.
+pub(crate) fn check_kernel_head_dim(backend: Backend, k: usize) -> Result<()> {
+    if backend != Backend::Reference && !KERNEL_HEAD_DIMS.contains(&k) {
+        return Err(Error::Unsupported {
+            backend,
+            what: format!("key head dim K = {k}"),
+            why: format!("kernels are compiled for K in {KERNEL_HEAD_DIMS:?}"),
+        });
+    }
+    Ok(())
+}
+
 /// Token-input checks shared by kernels R and V: head dims, views, dtypes, gate, `cu_seqlens`.
 /// Returns `(num_tokens, batch, max_seqlen)`.
 pub(crate) fn validate_tokens(
@@ -72,13 +84,7 @@ pub(crate) fn validate_tokens(
 ) -> Result<(usize, usize, usize)> {
     let d = inp.dims;
     d.validate()?;
-    if backend != Backend::Reference && !KERNEL_HEAD_DIMS.contains(&d.k) {
-        return Err(Error::Unsupported {
-            backend,
-            what: format!("key head dim K = {}", d.k),
-            why: format!("kernels are compiled for K in {KERNEL_HEAD_DIMS:?}"),
-        });
-    }
+    check_kernel_head_dim(backend, d.k)?;
     let n = inp.q.tokens;
     if n > i32::MAX as usize {
         return Err(Error::InvalidValue {

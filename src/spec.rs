@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::launch::{check_error_word, check_status, launch, Memory};
 use crate::problem::check_slots;
-use crate::recurrent::{stage_output_view, stage_tokens, validate_tokens, RecurrentInputs};
+use crate::recurrent::{check_kernel_head_dim, stage_output_view, stage_tokens, validate_tokens, RecurrentInputs};
 use crate::reference;
 use crate::ring::{RingShape, SpecRing};
 
@@ -388,13 +388,7 @@ pub fn fold(
     let s = ring.shape;
     ring.check()?;
     check_pool_len(&s, state.len())?;
-    if backend != Backend::Reference && !crate::recurrent::KERNEL_HEAD_DIMS.contains(&s.dims.k) {
-        return Err(Error::Unsupported {
-            backend,
-            what: format!("key head dim K = {}", s.dims.k),
-            why: format!("kernels are compiled for K in {:?}", crate::recurrent::KERNEL_HEAD_DIMS),
-        });
-    }
+    check_kernel_head_dim(backend, s.dims.k)?;
     check_fold_args(&s, slots, accept_lens, "accept_lens", track.as_ref())?;
     if slots.len() * s.layers > 65535 {
         return Err(Error::InvalidValue {
@@ -468,13 +462,7 @@ pub fn replay(
             why: format!("layer {layer} of a ring of {} layers", s.layers),
         });
     }
-    if backend != Backend::Reference && !crate::recurrent::KERNEL_HEAD_DIMS.contains(&s.dims.k) {
-        return Err(Error::Unsupported {
-            backend,
-            what: format!("key head dim K = {}", s.dims.k),
-            why: format!("kernels are compiled for K in {:?}", crate::recurrent::KERNEL_HEAD_DIMS),
-        });
-    }
+    check_kernel_head_dim(backend, s.dims.k)?;
     check_fold_args(&s, slots, counts, "counts", None)?;
     match backend {
         Backend::Reference => {

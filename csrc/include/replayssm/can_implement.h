@@ -15,13 +15,9 @@ inline bool supported_head_dim(int32_t k) { return k == 32 || k == 64 || k == 12
 
 inline bool aligned(const void *p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
-inline rssm_status recurrent_can_implement(const rssm_recurrent_params *p, bool vector_aligned) {
-  if (!p) return RSSM_ERR_INVALID_ARGUMENT;
-  if (p->batch < 1 || p->num_tokens < 0 || p->max_seqlen < 1 || p->num_slots < 1 || p->H < 1 || p->HV < 1 ||
-      p->K < 1 || p->V < 1 || p->HV % p->H != 0 || p->batch > 65535 || p->HV > 65535)
-    return RSSM_ERR_INVALID_ARGUMENT;
-  if (p->dtype < RSSM_DTYPE_F32 || p->dtype > RSSM_DTYPE_BF16) return RSSM_ERR_INVALID_ARGUMENT;
-  if (p->variant != RSSM_VARIANT_GDN && p->variant != RSSM_VARIANT_KDA) return RSSM_ERR_INVALID_ARGUMENT;
+// The token inputs R and V share (same field names in both params structs): pointers present,
+// exactly one gate form, strides at least a row, a finite scale.
+template <class P> rssm_status token_fields_can_implement(const P *p) {
   if (!p->q || !p->k || !p->v || !p->o || !p->cu_seqlens || !p->slots || !p->state) return RSSM_ERR_INVALID_ARGUMENT;
   const bool raw = p->a || p->b || p->A_log || p->dt_bias;
   const bool pre = p->g || p->beta;
@@ -34,6 +30,18 @@ inline rssm_status recurrent_can_implement(const rssm_recurrent_params *p, bool 
     return RSSM_ERR_INVALID_ARGUMENT;
   if (raw && (p->a_stride < gate_row || p->b_stride < p->HV)) return RSSM_ERR_INVALID_ARGUMENT;
   if (!(p->scale == p->scale) || p->scale > 3.4e38f || p->scale < -3.4e38f) return RSSM_ERR_INVALID_ARGUMENT;
+  return RSSM_OK;
+}
+
+inline rssm_status recurrent_can_implement(const rssm_recurrent_params *p, bool vector_aligned) {
+  if (!p) return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->batch < 1 || p->num_tokens < 0 || p->max_seqlen < 1 || p->num_slots < 1 || p->H < 1 || p->HV < 1 ||
+      p->K < 1 || p->V < 1 || p->HV % p->H != 0 || p->batch > 65535 || p->HV > 65535)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->dtype < RSSM_DTYPE_F32 || p->dtype > RSSM_DTYPE_BF16) return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->variant != RSSM_VARIANT_GDN && p->variant != RSSM_VARIANT_KDA) return RSSM_ERR_INVALID_ARGUMENT;
+  const rssm_status tokens = token_fields_can_implement(p);
+  if (tokens != RSSM_OK) return tokens;
   if (vector_aligned && (!aligned(p->state, 16) || (p->snapshots && !aligned(p->snapshots, 16))))
     return RSSM_ERR_INVALID_ARGUMENT;
   if (!supported_head_dim(p->K)) return RSSM_ERR_UNSUPPORTED;
@@ -65,20 +73,11 @@ inline rssm_status verify_can_implement(const rssm_verify_params *p, bool vector
   if (p->num_tokens < 0 || p->max_seqlen < 1 || p->max_seqlen > RSSM_MAX_VERIFY_WINDOW || p->layer < 0 ||
       p->layer >= p->num_layers)
     return RSSM_ERR_INVALID_ARGUMENT;
-  if (!p->q || !p->k || !p->v || !p->o || !p->cu_seqlens || !p->slots || !p->state) return RSSM_ERR_INVALID_ARGUMENT;
-  const bool raw = p->a || p->b || p->A_log || p->dt_bias;
-  const bool pre = p->g || p->beta;
-  if (raw == pre || (raw && (!p->a || !p->b || !p->A_log || !p->dt_bias)) || (pre && (!p->g || !p->beta)))
-    return RSSM_ERR_INVALID_ARGUMENT;
+  const rssm_status tokens = token_fields_can_implement(p);
+  if (tokens != RSSM_OK) return tokens;
   const int rings = (p->ring_v != nullptr) + (p->ring_k != nullptr) + (p->ring_g != nullptr) + (p->ring_beta != nullptr);
   if (rings != 0 && rings != 4) return RSSM_ERR_INVALID_ARGUMENT;
   if (rings == 4 && p->window < p->max_seqlen) return RSSM_ERR_INVALID_ARGUMENT;  // W >= T
-  const int64_t gate_row = p->variant == RSSM_VARIANT_KDA ? int64_t(p->HV) * p->K : p->HV;
-  if (p->q_stride < int64_t(p->H) * p->K || p->k_stride < int64_t(p->H) * p->K ||
-      p->v_stride < int64_t(p->HV) * p->V || p->o_stride < int64_t(p->HV) * p->V)
-    return RSSM_ERR_INVALID_ARGUMENT;
-  if (raw && (p->a_stride < gate_row || p->b_stride < p->HV)) return RSSM_ERR_INVALID_ARGUMENT;
-  if (!(p->scale == p->scale) || p->scale > 3.4e38f || p->scale < -3.4e38f) return RSSM_ERR_INVALID_ARGUMENT;
   if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;
   return RSSM_OK;
 }
