@@ -411,12 +411,13 @@ pub fn fold(
                 None => (std::ptr::null(), std::ptr::null()),
             };
             let d = s.dims;
+            let r = stage_ring(&mut mem, ring)?;
             let params = ffi::rssm_fold_params {
                 state: mem.output(state)?,
-                ring_v: mem.input(ring.v.as_bytes())?.cast(),
-                ring_k: mem.input(ring.k.as_bytes())?.cast(),
-                ring_g: mem.input(&ring.g)?,
-                ring_beta: mem.input(&ring.beta)?,
+                ring_v: r.0,
+                ring_k: r.1,
+                ring_g: r.2,
+                ring_beta: r.3,
                 slots: mem.input(slots)?,
                 accept_lens: mem.input(accept_lens)?,
                 track_slots,
@@ -473,12 +474,13 @@ pub fn replay(
             let mut mem = Memory::for_backend(backend)?;
             let mut word = [0u32];
             let d = s.dims;
+            let r = stage_ring(&mut mem, ring)?;
             let params = ffi::rssm_replay_params {
                 state: mem.output(state)?,
-                ring_v: mem.input(ring.v.as_bytes())?.cast(),
-                ring_k: mem.input(ring.k.as_bytes())?.cast(),
-                ring_g: mem.input(&ring.g)?,
-                ring_beta: mem.input(&ring.beta)?,
+                ring_v: r.0,
+                ring_k: r.1,
+                ring_g: r.2,
+                ring_beta: r.3,
                 slots: mem.input(slots)?,
                 counts: mem.input(counts)?,
                 error_word: mem.output(&mut word)?,
@@ -501,6 +503,18 @@ pub fn replay(
             check_error_word("replay", word[0])
         }
     }
+}
+
+type RingPtrs = (*const std::ffi::c_void, *const std::ffi::c_void, *const f32, *const f32);
+
+/// Stages a ring for reading (F and P): raw v, raw k, g, beta.
+fn stage_ring(mem: &mut Memory, ring: &SpecRing) -> Result<RingPtrs> {
+    Ok((
+        mem.input(ring.v.as_bytes())?.cast(),
+        mem.input(ring.k.as_bytes())?.cast(),
+        mem.input(&ring.g)?,
+        mem.input(&ring.beta)?,
+    ))
 }
 
 fn ring_l2norm(ring: &SpecRing) -> i32 {
