@@ -13,7 +13,8 @@ use replayssm::{ActBuffer, DType, HeadDims, RecurrentOutputs, Variant};
 
 /// Prints past the test harness's capture, so a skip is visible in `cargo test` output.
 pub fn say(msg: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{msg}");
+    // Own line even when the harness has just printed "test name ... ".
+    let _ = writeln!(std::io::stderr().lock(), "\n{msg}");
 }
 
 /// `true` when the Cuda backend can run. Otherwise prints why and returns `false`, or panics
