@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod build_info;
 pub mod case;
+pub mod config;
 pub mod cuda;
 pub mod demo;
 pub mod dtype;

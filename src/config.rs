@@ -1,0 +1,522 @@
+//! Capability gates (SPEC §5): engine-style flags in, a resolved ReplaySSM configuration or a
+//! typed refusal out. Every refusal names the option, the value it got and the fix, so a
+//! configuration the kernels cannot serve never runs silently wrong. Rule ids (A1..B7, N1, P1)
+//! follow SPEC §5; S1 (launch-time shapes and indices) lives in the kernel wrappers.
+
+use crate::problem::Variant;
+
+/// `--disaggregation-mode`: which pool role this server has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolRole {
+    /// `null`: prefill and decode in one server.
+    Local,
+    PdPrefill,
+    PdDecode,
+}
+
+impl PoolRole {
+    pub fn flag_value(self) -> &'static str {
+        match self {
+            PoolRole::Local => "null",
+            PoolRole::PdPrefill => "prefill",
+            PoolRole::PdDecode => "decode",
+        }
+    }
+}
+
+/// `--mamba-radix-cache-strategy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RadixCacheStrategy {
+    NoBuffer,
+    ExtraBuffer,
+}
+
+/// `--speculative-algorithm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SpecAlgorithm {
+    Nextn,
+    Eagle,
+    Eagle3,
+    Standalone,
+    Ngram,
+    Dflash,
+    Dspark,
+}
+
+impl SpecAlgorithm {
+    pub fn flag_value(self) -> &'static str {
+        match self {
+            SpecAlgorithm::Nextn => "NEXTN",
+            SpecAlgorithm::Eagle => "EAGLE",
+            SpecAlgorithm::Eagle3 => "EAGLE3",
+            SpecAlgorithm::Standalone => "STANDALONE",
+            SpecAlgorithm::Ngram => "NGRAM",
+            SpecAlgorithm::Dflash => "DFLASH",
+            SpecAlgorithm::Dspark => "DSPARK",
+        }
+    }
+}
+
+/// `--mamba-ssm-dtype`: the dtype of the checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StateDtype {
+    Float32,
+    Bfloat16,
+    Float16,
+}
+
+impl StateDtype {
+    pub fn flag_value(self) -> &'static str {
+        match self {
+            StateDtype::Float32 => "float32",
+            StateDtype::Bfloat16 => "bfloat16",
+            StateDtype::Float16 => "float16",
+        }
+    }
+}
+
+/// `--ragged-verify-mode`: verify layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VerifyLayout {
+    Static,
+    CapAccept,
+    Compact,
+}
+
+impl VerifyLayout {
+    pub fn flag_value(self) -> &'static str {
+        match self {
+            VerifyLayout::Static => "static",
+            VerifyLayout::CapAccept => "cap-accept",
+            VerifyLayout::Compact => "compact",
+        }
+    }
+}
+
+/// `--linear-attn-decode-backend` / `--linear-attn-verify-backend`: the kernel family.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KernelFamily {
+    Triton,
+    Flashinfer,
+    Helion,
+    NvCutedsl,
+    Other(String),
+}
+
+impl KernelFamily {
+    pub fn parse(s: &str) -> KernelFamily {
+        match s {
+            "triton" => KernelFamily::Triton,
+            "flashinfer" => KernelFamily::Flashinfer,
+            "helion" => KernelFamily::Helion,
+            "nv_cutedsl" | "cutedsl" => KernelFamily::NvCutedsl,
+            other => KernelFamily::Other(other.to_string()),
+        }
+    }
+    pub fn flag_value(&self) -> &str {
+        match self {
+            KernelFamily::Triton => "triton",
+            KernelFamily::Flashinfer => "flashinfer",
+            KernelFamily::Helion => "helion",
+            KernelFamily::NvCutedsl => "nv_cutedsl",
+            KernelFamily::Other(s) => s,
+        }
+    }
+}
+
+/// The flags as a user types them (SGLang's spelling); `None` = not given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineFlags {
+    pub enable_linear_replayssm: bool,
+    pub enable_linear_replayssm_spec: bool,
+    pub linear_replayssm_cache_len: Option<i64>,
+    pub disaggregation_mode: PoolRole,
+    pub mamba_radix_cache_strategy: RadixCacheStrategy,
+    pub speculative_algorithm: Option<SpecAlgorithm>,
+    pub speculative_eagle_topk: Option<i64>,
+    pub speculative_num_draft_tokens: Option<i64>,
+    pub linear_attn_decode_backend: KernelFamily,
+    pub linear_attn_verify_backend: Option<KernelFamily>,
+    pub mamba_ssm_dtype: Option<StateDtype>,
+    pub ragged_verify_mode: VerifyLayout,
+    pub linear_attn_kind: Variant,
+}
+
+impl Default for EngineFlags {
+    fn default() -> Self {
+        EngineFlags {
+            enable_linear_replayssm: false,
+            enable_linear_replayssm_spec: false,
+            linear_replayssm_cache_len: None,
+            disaggregation_mode: PoolRole::Local,
+            mamba_radix_cache_strategy: RadixCacheStrategy::NoBuffer,
+            speculative_algorithm: None,
+            speculative_eagle_topk: None,
+            speculative_num_draft_tokens: None,
+            linear_attn_decode_backend: KernelFamily::Triton,
+            linear_attn_verify_backend: None,
+            mamba_ssm_dtype: None,
+            ragged_verify_mode: VerifyLayout::Static,
+            linear_attn_kind: Variant::Gdn,
+        }
+    }
+}
+
+/// Default `--linear-replayssm-cache-len` (L) when buffered decode is on and none is given.
+pub const DEFAULT_CACHE_LEN: usize = 8;
+
+/// What ReplaySSM does on this server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Off,
+    /// Buffered decode (SPEC §4 D) with a ring of `cache_len` steps.
+    Buffered {
+        cache_len: usize,
+    },
+    /// Spec ring for speculative decoding (SPEC §4 V, F).
+    Spec,
+}
+
+/// The draft the verify sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DraftShape {
+    /// No speculative decoding.
+    None,
+    /// A linear chain of `tokens` draft tokens (`None` = the engine's default).
+    Chain { tokens: Option<usize> },
+    /// A tree with `topk` children per node.
+    Tree { topk: usize },
+}
+
+/// A configuration the kernels can serve, with the defaults chosen and the warnings to show.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedConfig {
+    pub mode: Mode,
+    pub kind: Variant,
+    pub draft: DraftShape,
+    pub algorithm: Option<SpecAlgorithm>,
+    pub pool_role: PoolRole,
+    pub radix: RadixCacheStrategy,
+    pub state_dtype: StateDtype,
+    pub verify_layout: VerifyLayout,
+    pub decode_backend: KernelFamily,
+    pub verify_backend: KernelFamily,
+    pub warnings: Vec<String>,
+}
+
+/// A refusal of SPEC §5: the rule, the option, the value it got and the fix.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GateError {
+    #[error("A1: --enable-linear-replayssm keeps its ring inside the triton decode kernels (helion for KDA only). Got --linear-attn-decode-backend='{backend}' with --linear-attn-kind='{kind}'. Set --linear-attn-decode-backend triton{helion}, or disable --enable-linear-replayssm.")]
+    BufferedDecodeBackend {
+        backend: String,
+        kind: &'static str,
+        helion: &'static str,
+    },
+    #[error("A2: --enable-linear-replayssm is not supported with --mamba-radix-cache-strategy='extra_buffer' (the ping-pong donation path does not reset the ring cursor). Use --mamba-radix-cache-strategy no_buffer, or disable --enable-linear-replayssm.")]
+    BufferedExtraBuffer,
+    #[error("A3: --enable-linear-replayssm is not supported under PD disaggregation yet. Got --disaggregation-mode='{mode}'. Remove --disaggregation-mode (or set null), or disable --enable-linear-replayssm on disaggregated deployments.")]
+    BufferedDisaggregated { mode: &'static str },
+    #[error("A4: --linear-replayssm-cache-len must be at least 1. Got --linear-replayssm-cache-len={got}. Use a positive cache length (1 behaves like the plain recurrent decode).")]
+    CacheLen { got: i64 },
+    #[error("B1: --enable-linear-replayssm-spec needs a linear draft chain: its strictly-lower window mask is wrong for trees. Got --speculative-eagle-topk={topk}. Set --speculative-eagle-topk 1 (or leave it unset), or disable --enable-linear-replayssm-spec.")]
+    SpecTree { topk: i64 },
+    #[error("B2: --enable-linear-replayssm-spec supports --linear-attn-decode-backend triton or flashinfer. Got --linear-attn-decode-backend='{backend}'. Use one of those, or disable --enable-linear-replayssm-spec.")]
+    SpecDecodeBackend { backend: String },
+    #[error("B3: --enable-linear-replayssm-spec with --ragged-verify-mode='{mode}' would fold a stale ring; ragged verify is only supported for DSPARK/DFLASH with --linear-attn-verify-backend triton or nv_cutedsl. Got --speculative-algorithm='{algorithm}', --linear-attn-verify-backend='{verify_backend}'. Use --ragged-verify-mode static, or disable --enable-linear-replayssm-spec.")]
+    SpecRaggedVerify {
+        mode: &'static str,
+        algorithm: String,
+        verify_backend: String,
+    },
+    #[error("B4: --enable-linear-replayssm-spec is not supported on a prefill server: it never verifies. Got --disaggregation-mode='prefill'. Disable --enable-linear-replayssm-spec on prefill servers (it is supported with --disaggregation-mode decode).")]
+    SpecOnPrefill,
+    #[error("B5: --enable-linear-replayssm and --enable-linear-replayssm-spec drive the ring with incompatible cursor protocols. Got both. Enable only one of them.")]
+    BothModes,
+    #[error("N1: --enable-linear-replayssm-spec does not support --speculative-algorithm='NGRAM': NGRAM always builds a tree mask. Use a chain drafter (EAGLE, EAGLE3, NEXTN, STANDALONE, DFLASH, DSPARK) with --speculative-eagle-topk 1, or disable --enable-linear-replayssm-spec.")]
+    SpecNgram,
+    #[error("P1: a buffered-decode ring cannot be attached to a {role} pool: the disaggregated pool is not wired for the ring (--enable-linear-replayssm with --disaggregation-mode='{role_flag}'). Use a local pool (--disaggregation-mode null).")]
+    RingOnDisaggregatedPool {
+        role: &'static str,
+        role_flag: &'static str,
+    },
+    #[error("P1: a buffered-decode ring needs a pool resolved with --enable-linear-replayssm. Got a pool without it. Enable --enable-linear-replayssm, or do not attach a buffered ring.")]
+    RingWithoutBufferedDecode,
+    #[error("--speculative-num-draft-tokens must be at least 1. Got --speculative-num-draft-tokens={got}.")]
+    DraftTokens { got: i64 },
+}
+
+impl GateError {
+    /// The rule of SPEC §5 this refusal enforces.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            GateError::BufferedDecodeBackend { .. } => "A1",
+            GateError::BufferedExtraBuffer => "A2",
+            GateError::BufferedDisaggregated { .. } => "A3",
+            GateError::CacheLen { .. } => "A4",
+            GateError::SpecTree { .. } => "B1",
+            GateError::SpecDecodeBackend { .. } => "B2",
+            GateError::SpecRaggedVerify { .. } => "B3",
+            GateError::SpecOnPrefill => "B4",
+            GateError::BothModes => "B5",
+            GateError::SpecNgram => "N1",
+            GateError::RingOnDisaggregatedPool { .. } | GateError::RingWithoutBufferedDecode => "P1",
+            GateError::DraftTokens { .. } => "S1",
+        }
+    }
+}
+
+/// Checks the flags against SPEC §5 and resolves the configuration.
+pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
+    let buffered = f.enable_linear_replayssm;
+    let spec = f.enable_linear_replayssm_spec;
+    let mut warnings = vec![];
+    if buffered && spec {
+        return Err(GateError::BothModes);
+    }
+    if let Some(n) = f.speculative_num_draft_tokens {
+        if n < 1 {
+            return Err(GateError::DraftTokens { got: n });
+        }
+    }
+    let topk = f.speculative_eagle_topk;
+    let draft = match (f.speculative_algorithm, topk) {
+        (None, _) => DraftShape::None,
+        (Some(SpecAlgorithm::Ngram), _) => DraftShape::Tree {
+            topk: topk.unwrap_or(1).max(1) as usize,
+        },
+        (Some(_), Some(k)) if k > 1 => DraftShape::Tree { topk: k as usize },
+        (Some(_), _) => DraftShape::Chain {
+            tokens: f.speculative_num_draft_tokens.map(|n| n as usize),
+        },
+    };
+    let verify_backend = f
+        .linear_attn_verify_backend
+        .clone()
+        .unwrap_or_else(|| f.linear_attn_decode_backend.clone());
+    let kind_name = f.linear_attn_kind.name();
+
+    let mode = if buffered {
+        let db = &f.linear_attn_decode_backend;
+        let ok = matches!(db, KernelFamily::Triton)
+            || (matches!(db, KernelFamily::Helion) && f.linear_attn_kind == Variant::Kda);
+        if !ok {
+            return Err(GateError::BufferedDecodeBackend {
+                backend: db.flag_value().to_string(),
+                kind: kind_name,
+                helion: if f.linear_attn_kind == Variant::Kda {
+                    " (or helion)"
+                } else {
+                    ""
+                },
+            });
+        }
+        if f.mamba_radix_cache_strategy == RadixCacheStrategy::ExtraBuffer {
+            return Err(GateError::BufferedExtraBuffer);
+        }
+        if f.disaggregation_mode != PoolRole::Local {
+            return Err(GateError::BufferedDisaggregated {
+                mode: f.disaggregation_mode.flag_value(),
+            });
+        }
+        let cache_len = match f.linear_replayssm_cache_len {
+            Some(l) if l < 1 => return Err(GateError::CacheLen { got: l }),
+            Some(l) => l as usize,
+            None => {
+                warnings.push(format!(
+                    "--linear-replayssm-cache-len not given: using {DEFAULT_CACHE_LEN}"
+                ));
+                DEFAULT_CACHE_LEN
+            }
+        };
+        Mode::Buffered { cache_len }
+    } else if spec {
+        if let Some(k) = topk {
+            if k != 1 {
+                return Err(GateError::SpecTree { topk: k });
+            }
+        }
+        if f.speculative_algorithm == Some(SpecAlgorithm::Ngram) {
+            return Err(GateError::SpecNgram);
+        }
+        if !matches!(
+            f.linear_attn_decode_backend,
+            KernelFamily::Triton | KernelFamily::Flashinfer
+        ) {
+            return Err(GateError::SpecDecodeBackend {
+                backend: f.linear_attn_decode_backend.flag_value().to_string(),
+            });
+        }
+        if f.ragged_verify_mode != VerifyLayout::Static {
+            let algo_ok = matches!(
+                f.speculative_algorithm,
+                Some(SpecAlgorithm::Dspark | SpecAlgorithm::Dflash)
+            );
+            let backend_ok = matches!(verify_backend, KernelFamily::Triton | KernelFamily::NvCutedsl);
+            if !(algo_ok && backend_ok) {
+                return Err(GateError::SpecRaggedVerify {
+                    mode: f.ragged_verify_mode.flag_value(),
+                    algorithm: f
+                        .speculative_algorithm
+                        .map_or("None".to_string(), |a| a.flag_value().to_string()),
+                    verify_backend: verify_backend.flag_value().to_string(),
+                });
+            }
+        }
+        if f.disaggregation_mode == PoolRole::PdPrefill {
+            return Err(GateError::SpecOnPrefill);
+        }
+        if f.speculative_algorithm.is_none() {
+            warnings.push(
+                "--enable-linear-replayssm-spec without --speculative-algorithm: the spec ring is allocated but unused"
+                    .into(),
+            );
+        }
+        Mode::Spec
+    } else {
+        if f.linear_replayssm_cache_len.is_some() {
+            warnings.push("--linear-replayssm-cache-len has no effect without --enable-linear-replayssm".into());
+        }
+        Mode::Off
+    };
+
+    let state_dtype = match (mode, f.mamba_ssm_dtype) {
+        (Mode::Spec, None) => {
+            warnings.push(
+                "B6: --mamba-ssm-dtype not given: resolved to float32 (the exact fold keeps an f32 checkpoint, bit-identical to the recurrent baseline)".into(),
+            );
+            StateDtype::Float32
+        }
+        (Mode::Spec, Some(d)) if d != StateDtype::Float32 => {
+            warnings.push(format!(
+                "B7: --mamba-ssm-dtype='{}' with --enable-linear-replayssm-spec: the fold re-quantises the committed state on every commit and may drift from the recurrent baseline; float32 is exact",
+                d.flag_value()
+            ));
+            d
+        }
+        (_, Some(d)) => d,
+        (_, None) => StateDtype::Float32,
+    };
+
+    Ok(ResolvedConfig {
+        mode,
+        kind: f.linear_attn_kind,
+        draft,
+        algorithm: f.speculative_algorithm,
+        pool_role: f.disaggregation_mode,
+        radix: f.mamba_radix_cache_strategy,
+        state_dtype,
+        verify_layout: f.ragged_verify_mode,
+        decode_backend: f.linear_attn_decode_backend.clone(),
+        verify_backend,
+        warnings,
+    })
+}
+
+/// A checkpoint pool's identity: the resolved configuration it serves and its role.
+#[derive(Clone, Debug)]
+pub struct PoolSpec {
+    config: ResolvedConfig,
+}
+
+impl PoolSpec {
+    /// The pool of a resolved configuration (construction is the only way to get one).
+    pub fn new(config: &ResolvedConfig) -> Self {
+        PoolSpec { config: config.clone() }
+    }
+    pub fn role(&self) -> PoolRole {
+        self.config.pool_role
+    }
+    pub fn config(&self) -> &ResolvedConfig {
+        &self.config
+    }
+}
+
+/// A buffered-decode ring bound to a pool. Constructed only through [`BufferedRingSpec::attach`],
+/// which refuses disaggregated pools (P1): no code path can produce that combination.
+#[derive(Clone, Debug)]
+pub struct BufferedRingSpec {
+    cache_len: usize,
+}
+
+impl BufferedRingSpec {
+    pub fn attach(pool: &PoolSpec) -> Result<Self, GateError> {
+        if pool.role() != PoolRole::Local {
+            return Err(GateError::RingOnDisaggregatedPool {
+                role: match pool.role() {
+                    PoolRole::PdDecode => "disaggregated decode",
+                    _ => "disaggregated prefill",
+                },
+                role_flag: pool.role().flag_value(),
+            });
+        }
+        match pool.config().mode {
+            Mode::Buffered { cache_len } => Ok(BufferedRingSpec { cache_len }),
+            _ => Err(GateError::RingWithoutBufferedDecode),
+        }
+    }
+    pub fn cache_len(&self) -> usize {
+        self.cache_len
+    }
+}
+
+macro_rules! flag_enum_from_str {
+    ($t:ty, $what:literal, { $($s:literal => $v:expr),* $(,)? }) => {
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($s => Ok($v),)*
+                    _ => Err(format!("invalid {} '{s}' (expected one of: {})", $what, [$($s),*].join(", "))),
+                }
+            }
+        }
+    };
+}
+
+flag_enum_from_str!(PoolRole, "--disaggregation-mode", { "null" => PoolRole::Local, "prefill" => PoolRole::PdPrefill, "decode" => PoolRole::PdDecode });
+flag_enum_from_str!(RadixCacheStrategy, "--mamba-radix-cache-strategy", { "no_buffer" => RadixCacheStrategy::NoBuffer, "extra_buffer" => RadixCacheStrategy::ExtraBuffer });
+flag_enum_from_str!(SpecAlgorithm, "--speculative-algorithm", {
+    "NEXTN" => SpecAlgorithm::Nextn, "EAGLE" => SpecAlgorithm::Eagle, "EAGLE3" => SpecAlgorithm::Eagle3,
+    "STANDALONE" => SpecAlgorithm::Standalone, "NGRAM" => SpecAlgorithm::Ngram, "DFLASH" => SpecAlgorithm::Dflash,
+    "DSPARK" => SpecAlgorithm::Dspark,
+});
+flag_enum_from_str!(StateDtype, "--mamba-ssm-dtype", { "float32" => StateDtype::Float32, "bfloat16" => StateDtype::Bfloat16, "float16" => StateDtype::Float16 });
+flag_enum_from_str!(VerifyLayout, "--ragged-verify-mode", { "static" => VerifyLayout::Static, "cap-accept" => VerifyLayout::CapAccept, "compact" => VerifyLayout::Compact });
+
+impl std::fmt::Display for ResolvedConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = match self.mode {
+            Mode::Off => "off".to_string(),
+            Mode::Buffered { cache_len } => format!("buffered decode (cache_len {cache_len})"),
+            Mode::Spec => "spec ring".to_string(),
+        };
+        let draft = match self.draft {
+            DraftShape::None => "none".to_string(),
+            DraftShape::Chain { tokens: Some(t) } => format!("linear chain of {t} tokens"),
+            DraftShape::Chain { tokens: None } => "linear chain".to_string(),
+            DraftShape::Tree { topk } => format!("tree (top-k {topk})"),
+        };
+        writeln!(f, "replayssm mode: {mode}")?;
+        writeln!(f, "layer kind: {}", self.kind.name())?;
+        writeln!(f, "draft: {draft}")?;
+        writeln!(
+            f,
+            "speculative algorithm: {}",
+            self.algorithm.map_or("none", |a| a.flag_value())
+        )?;
+        writeln!(f, "pool role: {}", self.pool_role.flag_value())?;
+        writeln!(
+            f,
+            "radix cache strategy: {}",
+            match self.radix {
+                RadixCacheStrategy::NoBuffer => "no_buffer",
+                RadixCacheStrategy::ExtraBuffer => "extra_buffer",
+            }
+        )?;
+        writeln!(f, "state dtype: {}", self.state_dtype.flag_value())?;
+        writeln!(f, "verify layout: {}", self.verify_layout.flag_value())?;
+        writeln!(f, "decode backend: {}", self.decode_backend.flag_value())?;
+        write!(f, "verify backend: {}", self.verify_backend.flag_value())
+    }
+}
