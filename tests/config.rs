@@ -1,0 +1,445 @@
+//! Capability gates (SPEC §5): one test per rule (variant and message), its accepted
+//! neighbours, a property test over random flag sets, and the `validate` CLI.
+use std::process::Command;
+
+use rand::{Rng, SeedableRng};
+use replayssm::config::*;
+use replayssm::Variant;
+
+fn spec_flags() -> EngineFlags {
+    EngineFlags {
+        enable_linear_replayssm_spec: true,
+        speculative_algorithm: Some(SpecAlgorithm::Eagle),
+        speculative_num_draft_tokens: Some(4),
+        ..Default::default()
+    }
+}
+
+fn buffered_flags() -> EngineFlags {
+    EngineFlags {
+        enable_linear_replayssm: true,
+        linear_replayssm_cache_len: Some(8),
+        ..Default::default()
+    }
+}
+
+/// Refused with `rule`, and the message names every one of `needles`.
+fn refused(f: &EngineFlags, rule: &str, needles: &[&str]) -> GateError {
+    let e = resolve(f).expect_err(rule);
+    assert_eq!(e.rule(), rule, "{e}");
+    let msg = e.to_string();
+    for n in needles {
+        assert!(msg.contains(n), "{rule}: '{n}' missing from: {msg}");
+    }
+    e
+}
+
+fn accepted(f: &EngineFlags) -> ResolvedConfig {
+    resolve(f).unwrap_or_else(|e| panic!("refused {f:?}: {e}"))
+}
+
+#[test]
+fn a1_buffered_decode_needs_the_triton_or_helion_ring_kernels() {
+    let f = EngineFlags {
+        linear_attn_decode_backend: KernelFamily::Flashinfer,
+        ..buffered_flags()
+    };
+    refused(
+        &f,
+        "A1",
+        &[
+            "--enable-linear-replayssm",
+            "--linear-attn-decode-backend",
+            "'flashinfer'",
+        ],
+    );
+    // helion only for KDA.
+    let f = EngineFlags {
+        linear_attn_decode_backend: KernelFamily::Helion,
+        ..buffered_flags()
+    };
+    refused(&f, "A1", &["'helion'", "'gdn'"]);
+    let kda = EngineFlags {
+        linear_attn_decode_backend: KernelFamily::Helion,
+        linear_attn_kind: Variant::Kda,
+        ..buffered_flags()
+    };
+    assert_eq!(accepted(&kda).mode, Mode::Buffered { cache_len: 8 });
+    assert_eq!(accepted(&buffered_flags()).decode_backend, KernelFamily::Triton);
+}
+
+#[test]
+fn a2_buffered_decode_refuses_extra_buffer_radix_cache() {
+    let f = EngineFlags {
+        mamba_radix_cache_strategy: RadixCacheStrategy::ExtraBuffer,
+        ..buffered_flags()
+    };
+    refused(
+        &f,
+        "A2",
+        &[
+            "--enable-linear-replayssm",
+            "--mamba-radix-cache-strategy",
+            "'extra_buffer'",
+        ],
+    );
+    // Spec ring with extra_buffer: not this rule's business.
+    accepted(&EngineFlags {
+        mamba_radix_cache_strategy: RadixCacheStrategy::ExtraBuffer,
+        ..spec_flags()
+    });
+}
+
+#[test]
+fn a3_buffered_decode_refuses_pd_disaggregation_and_spec_on_decode_is_accepted() {
+    for (role, v) in [(PoolRole::PdDecode, "'decode'"), (PoolRole::PdPrefill, "'prefill'")] {
+        let f = EngineFlags {
+            disaggregation_mode: role,
+            ..buffered_flags()
+        };
+        let e = refused(&f, "A3", &["--enable-linear-replayssm", "--disaggregation-mode", v]);
+        assert!(e.to_string().contains("not supported under PD disaggregation"), "{e}");
+    }
+    // The neighbour: the spec ring on a PD decode server is allowed.
+    let ok = accepted(&EngineFlags {
+        disaggregation_mode: PoolRole::PdDecode,
+        ..spec_flags()
+    });
+    assert_eq!((ok.mode, ok.pool_role), (Mode::Spec, PoolRole::PdDecode));
+}
+
+#[test]
+fn a4_cache_len_must_be_positive() {
+    for l in [0, -3] {
+        let f = EngineFlags {
+            linear_replayssm_cache_len: Some(l),
+            ..buffered_flags()
+        };
+        refused(&f, "A4", &["--linear-replayssm-cache-len", &format!("={l}")]);
+    }
+    let one = accepted(&EngineFlags {
+        linear_replayssm_cache_len: Some(1),
+        ..buffered_flags()
+    });
+    assert_eq!(one.mode, Mode::Buffered { cache_len: 1 });
+    let default = accepted(&EngineFlags {
+        linear_replayssm_cache_len: None,
+        ..buffered_flags()
+    });
+    assert_eq!(
+        default.mode,
+        Mode::Buffered {
+            cache_len: DEFAULT_CACHE_LEN
+        }
+    );
+    assert!(default
+        .warnings
+        .iter()
+        .any(|w| w.contains("--linear-replayssm-cache-len")));
+}
+
+#[test]
+fn b1_spec_needs_a_linear_chain() {
+    for k in [2, 4, 0] {
+        let f = EngineFlags {
+            speculative_eagle_topk: Some(k),
+            ..spec_flags()
+        };
+        refused(
+            &f,
+            "B1",
+            &[
+                "--enable-linear-replayssm-spec",
+                "--speculative-eagle-topk",
+                &format!("={k}"),
+            ],
+        );
+    }
+    let ok = accepted(&EngineFlags {
+        speculative_eagle_topk: Some(1),
+        ..spec_flags()
+    });
+    assert_eq!(ok.draft, DraftShape::Chain { tokens: Some(4) });
+    accepted(&EngineFlags {
+        speculative_eagle_topk: None,
+        ..spec_flags()
+    });
+    // Without the spec ring a tree is fine (nothing of ours runs on it).
+    let tree = accepted(&EngineFlags {
+        enable_linear_replayssm_spec: false,
+        speculative_eagle_topk: Some(4),
+        ..spec_flags()
+    });
+    assert_eq!(tree.draft, DraftShape::Tree { topk: 4 });
+}
+
+#[test]
+fn b2_spec_decode_backend_triton_or_flashinfer() {
+    for b in ["helion", "cutlass"] {
+        let f = EngineFlags {
+            linear_attn_decode_backend: KernelFamily::parse(b),
+            ..spec_flags()
+        };
+        refused(
+            &f,
+            "B2",
+            &[
+                "--enable-linear-replayssm-spec",
+                "--linear-attn-decode-backend",
+                &format!("'{b}'"),
+            ],
+        );
+    }
+    accepted(&EngineFlags {
+        linear_attn_decode_backend: KernelFamily::Flashinfer,
+        ..spec_flags()
+    });
+}
+
+#[test]
+fn b3_ragged_verify_only_for_dspark_dflash_on_triton_or_cutedsl() {
+    let f = EngineFlags {
+        ragged_verify_mode: VerifyLayout::Compact,
+        ..spec_flags()
+    };
+    refused(&f, "B3", &["--ragged-verify-mode", "'compact'", "'EAGLE'"]);
+    let f = EngineFlags {
+        ragged_verify_mode: VerifyLayout::CapAccept,
+        speculative_algorithm: Some(SpecAlgorithm::Dflash),
+        linear_attn_verify_backend: Some(KernelFamily::Flashinfer),
+        ..spec_flags()
+    };
+    refused(
+        &f,
+        "B3",
+        &["'cap-accept'", "--linear-attn-verify-backend", "'flashinfer'"],
+    );
+    for (algo, vb) in [
+        (SpecAlgorithm::Dflash, KernelFamily::Triton),
+        (SpecAlgorithm::Dspark, KernelFamily::NvCutedsl),
+    ] {
+        let ok = accepted(&EngineFlags {
+            ragged_verify_mode: VerifyLayout::Compact,
+            speculative_algorithm: Some(algo),
+            linear_attn_verify_backend: Some(vb),
+            ..spec_flags()
+        });
+        assert_eq!(ok.verify_layout, VerifyLayout::Compact);
+    }
+}
+
+#[test]
+fn b4_spec_is_refused_on_a_prefill_server() {
+    let f = EngineFlags {
+        disaggregation_mode: PoolRole::PdPrefill,
+        ..spec_flags()
+    };
+    refused(
+        &f,
+        "B4",
+        &["--enable-linear-replayssm-spec", "--disaggregation-mode", "'prefill'"],
+    );
+}
+
+#[test]
+fn b5_buffered_and_spec_are_exclusive() {
+    let f = EngineFlags {
+        enable_linear_replayssm: true,
+        ..spec_flags()
+    };
+    refused(
+        &f,
+        "B5",
+        &["--enable-linear-replayssm", "--enable-linear-replayssm-spec"],
+    );
+}
+
+#[test]
+fn b6_b7_state_dtype_resolution_and_warning() {
+    let ok = accepted(&spec_flags());
+    assert_eq!(ok.state_dtype, StateDtype::Float32);
+    assert!(
+        ok.warnings
+            .iter()
+            .any(|w| w.starts_with("B6") && w.contains("--mamba-ssm-dtype")),
+        "{:?}",
+        ok.warnings
+    );
+    let bf = accepted(&EngineFlags {
+        mamba_ssm_dtype: Some(StateDtype::Bfloat16),
+        ..spec_flags()
+    });
+    assert_eq!(bf.state_dtype, StateDtype::Bfloat16);
+    assert!(
+        bf.warnings
+            .iter()
+            .any(|w| w.starts_with("B7") && w.contains("'bfloat16'")),
+        "{:?}",
+        bf.warnings
+    );
+    let f32 = accepted(&EngineFlags {
+        mamba_ssm_dtype: Some(StateDtype::Float32),
+        ..spec_flags()
+    });
+    assert!(f32.warnings.is_empty(), "{:?}", f32.warnings);
+}
+
+#[test]
+fn n1_ngram_is_refused_with_the_spec_ring() {
+    let f = EngineFlags {
+        speculative_algorithm: Some(SpecAlgorithm::Ngram),
+        speculative_eagle_topk: None,
+        ..spec_flags()
+    };
+    refused(
+        &f,
+        "N1",
+        &["--enable-linear-replayssm-spec", "--speculative-algorithm", "'NGRAM'"],
+    );
+}
+
+#[test]
+fn p1_buffered_ring_cannot_attach_to_a_disaggregated_pool() {
+    // A spec configuration on a PD decode server is valid, but a buffered ring on its pool is not.
+    let cfg = accepted(&EngineFlags {
+        disaggregation_mode: PoolRole::PdDecode,
+        ..spec_flags()
+    });
+    let e = BufferedRingSpec::attach(&PoolSpec::new(&cfg)).unwrap_err();
+    assert_eq!(e.rule(), "P1");
+    assert!(
+        e.to_string().contains("disaggregated decode") && e.to_string().contains("'decode'"),
+        "{e}"
+    );
+    let ring = BufferedRingSpec::attach(&PoolSpec::new(&accepted(&buffered_flags()))).unwrap();
+    assert_eq!(ring.cache_len(), 8);
+    let e = BufferedRingSpec::attach(&PoolSpec::new(&accepted(&EngineFlags::default()))).unwrap_err();
+    assert_eq!(e, GateError::RingWithoutBufferedDecode);
+}
+
+fn random_flags(r: &mut impl Rng) -> EngineFlags {
+    let pick = |r: &mut dyn rand::RngCore, n: u32| r.next_u32() % n;
+    let algos = [
+        SpecAlgorithm::Nextn,
+        SpecAlgorithm::Eagle,
+        SpecAlgorithm::Eagle3,
+        SpecAlgorithm::Standalone,
+        SpecAlgorithm::Ngram,
+        SpecAlgorithm::Dflash,
+        SpecAlgorithm::Dspark,
+    ];
+    let backends = ["triton", "flashinfer", "helion", "nv_cutedsl", "cutlass"];
+    EngineFlags {
+        enable_linear_replayssm: r.gen_bool(0.5),
+        enable_linear_replayssm_spec: r.gen_bool(0.5),
+        linear_replayssm_cache_len: r.gen_bool(0.7).then(|| r.gen_range(-2..20)),
+        disaggregation_mode: [PoolRole::Local, PoolRole::PdPrefill, PoolRole::PdDecode][pick(r, 3) as usize],
+        mamba_radix_cache_strategy: if r.gen_bool(0.5) {
+            RadixCacheStrategy::NoBuffer
+        } else {
+            RadixCacheStrategy::ExtraBuffer
+        },
+        speculative_algorithm: r.gen_bool(0.8).then(|| algos[pick(r, 7) as usize]),
+        speculative_eagle_topk: r.gen_bool(0.5).then(|| r.gen_range(-1..5)),
+        speculative_num_draft_tokens: r.gen_bool(0.5).then(|| r.gen_range(-1..17)),
+        linear_attn_decode_backend: KernelFamily::parse(backends[pick(r, 5) as usize]),
+        linear_attn_verify_backend: r
+            .gen_bool(0.5)
+            .then(|| KernelFamily::parse(backends[pick(r, 5) as usize])),
+        mamba_ssm_dtype: r
+            .gen_bool(0.6)
+            .then(|| [StateDtype::Float32, StateDtype::Bfloat16, StateDtype::Float16][pick(r, 3) as usize]),
+        ragged_verify_mode: [VerifyLayout::Static, VerifyLayout::CapAccept, VerifyLayout::Compact][pick(r, 3) as usize],
+        linear_attn_kind: if r.gen_bool(0.5) { Variant::Gdn } else { Variant::Kda },
+    }
+}
+
+#[test]
+fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_flag() {
+    let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(std::process::id() as u64);
+    let (mut ok, mut refused_n) = (0, 0);
+    for _ in 0..20000 {
+        let f = random_flags(&mut r);
+        match resolve(&f) {
+            Ok(cfg) => {
+                ok += 1;
+                let pool = PoolSpec::new(&cfg);
+                match cfg.mode {
+                    Mode::Buffered { cache_len } => {
+                        assert!(cache_len >= 1);
+                        assert_eq!(
+                            cfg.pool_role,
+                            PoolRole::Local,
+                            "buffered decode accepted on a PD pool: {f:?}"
+                        );
+                        assert_eq!(BufferedRingSpec::attach(&pool).map(|r| r.cache_len()), Ok(cache_len));
+                    }
+                    Mode::Spec => {
+                        assert!(
+                            !matches!(cfg.draft, DraftShape::Tree { .. }),
+                            "spec ring accepted with a tree: {f:?}"
+                        );
+                        assert_ne!(cfg.pool_role, PoolRole::PdPrefill);
+                        assert!(BufferedRingSpec::attach(&pool).is_err());
+                    }
+                    Mode::Off => assert!(BufferedRingSpec::attach(&pool).is_err()),
+                }
+            }
+            Err(e) => {
+                refused_n += 1;
+                assert!(e.to_string().contains("--"), "refusal names no flag: {e}");
+            }
+        }
+    }
+    assert!(
+        ok > 1000 && refused_n > 1000,
+        "{ok} accepted, {refused_n} refused: the generator is lopsided"
+    );
+}
+
+fn validate(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_replayssm"))
+        .arg("validate")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn validate_cli_exit_codes_and_messages() {
+    let (code, _, err) = validate(&["--enable-linear-replayssm", "--disaggregation-mode", "decode"]);
+    assert_eq!(code, 2, "{err}");
+    for n in ["--enable-linear-replayssm", "--disaggregation-mode", "'decode'"] {
+        assert!(err.contains(n), "{n} missing: {err}");
+    }
+    let (code, out, err) = validate(&[
+        "--enable-linear-replayssm-spec",
+        "--disaggregation-mode",
+        "decode",
+        "--speculative-algorithm",
+        "EAGLE",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("replayssm mode: spec ring") && out.contains("state dtype: float32"),
+        "{out}"
+    );
+    assert!(err.contains("warning: B6"), "{err}");
+    let (code, _, err) = validate(&["--enable-linear-replayssm", "--linear-replayssm-cache-len", "0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--linear-replayssm-cache-len=0"), "{err}");
+    let (code, _, err) = validate(&["--no-such-flag"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unexpected argument"), "{err}");
+    let (code, _, err) = validate(&["--speculative-algorithm", "MEDUSA"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("invalid value 'MEDUSA'"), "{err}");
+    let (code, out, _) = validate(&[]);
+    assert_eq!(code, 0);
+    assert!(out.contains("replayssm mode: off"), "{out}");
+}
