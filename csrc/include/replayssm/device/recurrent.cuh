@@ -15,15 +15,14 @@ struct RowTiling {
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kRowsPerBlock = kWarps * kRows;
 };
-using RecurrentConfig = RowTiling;
 
 template <int EPL, class Act, bool KDA>
-__global__ void __launch_bounds__(RecurrentConfig::kThreads) recurrent_kernel(const rssm_recurrent_params p) {
+__global__ void __launch_bounds__(RowTiling::kThreads) recurrent_kernel(const rssm_recurrent_params p) {
   constexpr int K = kWarpSize * EPL;
-  constexpr int ROWS = RecurrentConfig::kRows;
+  constexpr int ROWS = RowTiling::kRows;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int hv = blockIdx.y, req = blockIdx.z;
-  const int row0 = (blockIdx.x * RecurrentConfig::kWarps + warp) * ROWS;
+  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
   if (row0 >= p.V) return;  // a whole warp past the last row: no collective needs it
   const int h = hv / (p.HV / p.H);
   const int kc = lane * EPL;  // this lane's first key channel
