@@ -217,7 +217,7 @@ pub enum GateError {
     BufferedExtraBuffer,
     #[error("A3: --enable-linear-replayssm is not supported under PD disaggregation yet. Got --disaggregation-mode='{mode}'. Remove --disaggregation-mode (or set null), or disable --enable-linear-replayssm on disaggregated deployments.")]
     BufferedDisaggregated { mode: &'static str },
-    #[error("A4: --linear-replayssm-cache-len must be at least 1. Got --linear-replayssm-cache-len={got}. Use a positive cache length (1 behaves like the plain recurrent decode).")]
+    #[error("A4: --linear-replayssm-cache-len must be in 1..=65536. Got --linear-replayssm-cache-len={got}. Use a positive cache length (1 behaves like the plain recurrent decode).")]
     CacheLen { got: i64 },
     #[error("B1: --enable-linear-replayssm-spec needs a linear draft chain: its strictly-lower window mask is wrong for trees. Got --speculative-eagle-topk={topk}. Set --speculative-eagle-topk 1 (or leave it unset), or disable --enable-linear-replayssm-spec.")]
     SpecTree { topk: i64 },
@@ -242,6 +242,8 @@ pub enum GateError {
     },
     #[error("P1: a buffered-decode ring needs a pool resolved with --enable-linear-replayssm. Got a pool without it. Enable --enable-linear-replayssm, or do not attach a buffered ring.")]
     RingWithoutBufferedDecode,
+    #[error("P1: a spec ring needs a pool resolved with --enable-linear-replayssm-spec. Got a pool in mode '{mode}'. Enable --enable-linear-replayssm-spec, or do not attach a spec ring.")]
+    SpecRingWithoutSpec { mode: &'static str },
     #[error("--speculative-num-draft-tokens must be at least 1. Got --speculative-num-draft-tokens={got}.")]
     DraftTokens { got: i64 },
 }
@@ -260,7 +262,9 @@ impl GateError {
             GateError::SpecOnPrefill => "B4",
             GateError::BothModes => "B5",
             GateError::SpecNgram => "N1",
-            GateError::RingOnDisaggregatedPool { .. } | GateError::RingWithoutBufferedDecode => "P1",
+            GateError::RingOnDisaggregatedPool { .. }
+            | GateError::RingWithoutBufferedDecode
+            | GateError::SpecRingWithoutSpec { .. } => "P1",
             GateError::DraftTokens { .. } => "S1",
         }
     }
@@ -320,7 +324,9 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
             });
         }
         let cache_len = match f.linear_replayssm_cache_len {
-            Some(l) if l < 1 => return Err(GateError::CacheLen { got: l }),
+            Some(l) if !(1..=crate::decode::MAX_CACHE_LEN as i64).contains(&l) => {
+                return Err(GateError::CacheLen { got: l })
+            }
             Some(l) => l as usize,
             None => {
                 warnings.push(format!(
@@ -397,6 +403,13 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
         (_, Some(d)) => d,
         (_, None) => StateDtype::Float32,
     };
+    if state_dtype != StateDtype::Float32 {
+        warnings.push(format!(
+            "--mamba-ssm-dtype='{}': this crate's kernels keep f32 checkpoints; the pool is allocated in float32 (at least as exact, twice the memory of {})",
+            state_dtype.flag_value(),
+            state_dtype.flag_value()
+        ));
+    }
 
     Ok(ResolvedConfig {
         mode,
@@ -411,53 +424,6 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
         verify_backend,
         warnings,
     })
-}
-
-/// A checkpoint pool's identity: the resolved configuration it serves and its role.
-#[derive(Clone, Debug)]
-pub struct PoolSpec {
-    config: ResolvedConfig,
-}
-
-impl PoolSpec {
-    /// The pool of a resolved configuration (construction is the only way to get one).
-    pub fn new(config: &ResolvedConfig) -> Self {
-        PoolSpec { config: config.clone() }
-    }
-    pub fn role(&self) -> PoolRole {
-        self.config.pool_role
-    }
-    pub fn config(&self) -> &ResolvedConfig {
-        &self.config
-    }
-}
-
-/// A buffered-decode ring bound to a pool. Constructed only through [`BufferedRingSpec::attach`],
-/// which refuses disaggregated pools (P1): no code path can produce that combination.
-#[derive(Clone, Debug)]
-pub struct BufferedRingSpec {
-    cache_len: usize,
-}
-
-impl BufferedRingSpec {
-    pub fn attach(pool: &PoolSpec) -> Result<Self, GateError> {
-        if pool.role() != PoolRole::Local {
-            return Err(GateError::RingOnDisaggregatedPool {
-                role: match pool.role() {
-                    PoolRole::PdDecode => "disaggregated decode",
-                    _ => "disaggregated prefill",
-                },
-                role_flag: pool.role().flag_value(),
-            });
-        }
-        match pool.config().mode {
-            Mode::Buffered { cache_len } => Ok(BufferedRingSpec { cache_len }),
-            _ => Err(GateError::RingWithoutBufferedDecode),
-        }
-    }
-    pub fn cache_len(&self) -> usize {
-        self.cache_len
-    }
 }
 
 macro_rules! flag_enum_from_str {

@@ -99,6 +99,15 @@ pub enum Error {
     },
     #[error("kernel {kernel} skipped rows it could not trust (device error word {bits:#x})")]
     DeviceReported { kernel: &'static str, bits: u32 },
+    /// A capability gate of SPEC §5 refused the configuration.
+    #[error(transparent)]
+    Gate(#[from] crate::config::GateError),
+    #[error("slot {slot} has {pending} pending buffered-decode records: materialise it before copying from it (a copy-on-write source must be fully flushed)")]
+    PendingRing { slot: usize, pending: usize },
+    #[error("{what} belongs to another pool: attach the ring to the pool it is used with")]
+    ForeignPool { what: &'static str },
+    #[error("the decode step was taken before the ring's cursors last changed ({why}): begin a new step")]
+    StaleStep { why: &'static str },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -33,3 +33,7 @@ assert_layout!(rssm_fold_params, size = 128, {
 assert_layout!(rssm_replay_params, size = 112, {
     state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, counts = 48, error_word = 56, batch = 64, num_slots = 68, num_layers = 72, layer = 76, window = 80, H = 84, HV = 88, K = 92, V = 96, dtype = 100, variant = 104, qk_l2norm = 108,
 });
+
+assert_layout!(rssm_decode_params, size = 248, {
+    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, slots = 72, positions = 80, force_flush = 88, state = 96, ring_d = 104, ring_k = 112, ring_g = 120, o = 128, error_word = 136, q_stride = 144, k_stride = 152, v_stride = 160, a_stride = 168, b_stride = 176, o_stride = 184, batch = 192, num_slots = 196, num_layers = 200, layer = 204, cache_len = 208, H = 212, HV = 216, K = 220, V = 224, scale = 228, dtype = 232, variant = 236, qk_l2norm = 240, reserved = 244,
+});

@@ -5,13 +5,17 @@
 //!
 //! Map: kernel R (recurrent baseline) = device code `csrc/include/replayssm/device/recurrent.cuh`,
 //! launcher `csrc/kernels/recurrent.cu`, wrapper [`recurrent`], reference [`reference`], tests
-//! `tests/recurrent.rs`.
+//! `tests/recurrent.rs`. Kernels V, F, P: [`spec`], `device/verify.cuh`, `device/replay.cuh`,
+//! `tests/spec.rs`. Kernel D (buffered decode): [`decode`], `device/decode.cuh`,
+//! `tests/decode.rs`. Capability gates: [`config`]; pools and rings: [`pool`], [`ring`],
+//! [`decode::DecodeRing`].
 
 pub mod backend;
 pub mod build_info;
 pub mod case;
 pub mod config;
 pub mod cuda;
+pub mod decode;
 pub mod demo;
 pub mod dtype;
 pub mod emulator;
@@ -19,6 +23,7 @@ pub mod error;
 pub mod ffi;
 mod launch;
 pub mod numerics;
+pub mod pool;
 pub mod problem;
 pub mod recurrent;
 pub mod reference;
@@ -27,8 +32,11 @@ pub mod spec;
 pub mod workload;
 
 pub use backend::Backend;
+pub use config::{resolve, EngineFlags, GateError, ResolvedConfig};
+pub use decode::{decode, materialize, DecodeInputs, DecodeRing, DecodeStep, ForceFlush};
 pub use dtype::{ActBuffer, ActView, ActViewMut, DType};
 pub use error::{Error, Result, Status};
+pub use pool::{CheckpointPool, PoolShape};
 pub use problem::{Gate, HeadDims, Variant};
 pub use recurrent::{recurrent, RecurrentInputs, RecurrentOutputs, RecurrentPlan};
 pub use ring::{RingShape, SpecRing};

@@ -79,8 +79,23 @@ pub fn l2_normalize<R: Real>(x: &mut [R]) {
 /// SPEC §3 steps 4-7 on one head's state `s` (`[V, K]`, K contiguous) with `decay = exp(g)`
 /// (one value, or K for KDA), normalised key `k` and value `v`.
 pub fn delta_rule_update<R: Real>(s: &mut [R], dims: &HeadDims, decay: &[R], k: &[R], v: &[R], beta: R) {
+    let mut u = vec![R::from_f32(0.0); dims.v];
+    delta_rule_update_u(s, dims, decay, k, v, beta, &mut u);
+}
+
+/// [`delta_rule_update`] that also returns each row's corrected delta `u` (what kernel D's ring
+/// stores).
+pub fn delta_rule_update_u<R: Real>(
+    s: &mut [R],
+    dims: &HeadDims,
+    decay: &[R],
+    k: &[R],
+    v: &[R],
+    beta: R,
+    u_out: &mut [R],
+) {
     let kd = dims.k;
-    for (row, &vr) in s.chunks_exact_mut(kd).zip(v) {
+    for ((row, &vr), uo) in s.chunks_exact_mut(kd).zip(v).zip(u_out.iter_mut()) {
         for (j, e) in row.iter_mut().enumerate() {
             *e = *e * decay[if decay.len() == 1 { 0 } else { j }];
         }
@@ -89,8 +104,22 @@ pub fn delta_rule_update<R: Real>(s: &mut [R], dims: &HeadDims, decay: &[R], k: 
             dot = dot + *e * kj;
         }
         let u = (vr - dot) * beta;
+        *uo = u;
         for (e, &kj) in row.iter_mut().zip(k) {
             *e = *e + u * kj;
+        }
+    }
+}
+
+/// Steps 4 and 7 with a known corrected delta `u` (replaying a buffered-decode record): the
+/// same operations [`delta_rule_update`] performs on `s`.
+pub fn delta_rule_apply<R: Real>(s: &mut [R], dims: &HeadDims, decay: &[R], k: &[R], u: &[R]) {
+    for (row, &ur) in s.chunks_exact_mut(dims.k).zip(u) {
+        for (j, e) in row.iter_mut().enumerate() {
+            *e = *e * decay[if decay.len() == 1 { 0 } else { j }];
+        }
+        for (e, &kj) in row.iter_mut().zip(k) {
+            *e = *e + ur * kj;
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The spec ring (SPEC §2): per layer and slot, the raw inputs of the last verify window.
 
+use crate::config::{GateError, Mode};
 use crate::dtype::{ActBuffer, DType};
 use crate::error::{Error, Result};
+use crate::pool::CheckpointPool;
 use crate::problem::{HeadDims, Variant};
 
 /// Geometry of a checkpoint pool and its spec ring: `layers` x `slots` x window `W`.
@@ -86,6 +88,33 @@ pub struct SpecRing {
 }
 
 impl SpecRing {
+    /// The spec ring of `pool` with window `W` and act dtype `dtype`: refused (SPEC §5 P1)
+    /// unless the pool was resolved with `--enable-linear-replayssm-spec`.
+    pub fn for_pool(pool: &CheckpointPool, window: usize, dtype: DType, l2norm: bool) -> Result<Self> {
+        if pool.mode() != Mode::Spec {
+            return Err(GateError::SpecRingWithoutSpec {
+                mode: match pool.mode() {
+                    Mode::Off => "off",
+                    Mode::Buffered { .. } => "buffered decode",
+                    Mode::Spec => "spec",
+                },
+            }
+            .into());
+        }
+        let p = pool.shape();
+        SpecRing::new(
+            RingShape {
+                variant: p.variant,
+                dims: p.dims,
+                dtype,
+                layers: p.layers,
+                slots: p.slots,
+                window,
+            },
+            l2norm,
+        )
+    }
+
     pub fn new(shape: RingShape, l2norm: bool) -> Result<Self> {
         shape.validate()?;
         let d = shape.dims;

@@ -4,7 +4,7 @@ use std::process::Command;
 
 use rand::{Rng, SeedableRng};
 use replayssm::config::*;
-use replayssm::Variant;
+use replayssm::{CheckpointPool, DType, DecodeRing, Error, HeadDims, SpecRing, Variant};
 
 fn spec_flags() -> EngineFlags {
     EngineFlags {
@@ -110,7 +110,7 @@ fn a3_buffered_decode_refuses_pd_disaggregation_and_spec_on_decode_is_accepted()
 
 #[test]
 fn a4_cache_len_must_be_positive() {
-    for l in [0, -3] {
+    for l in [0, -3, 65537] {
         let f = EngineFlags {
             linear_replayssm_cache_len: Some(l),
             ..buffered_flags()
@@ -305,16 +305,40 @@ fn p1_buffered_ring_cannot_attach_to_a_disaggregated_pool() {
         disaggregation_mode: PoolRole::PdDecode,
         ..spec_flags()
     });
-    let e = BufferedRingSpec::attach(&PoolSpec::new(&cfg)).unwrap_err();
+    let e = ring_error(DecodeRing::attach(&pool(&cfg)).map(|_| ()));
     assert_eq!(e.rule(), "P1");
     assert!(
         e.to_string().contains("disaggregated decode") && e.to_string().contains("'decode'"),
         "{e}"
     );
-    let ring = BufferedRingSpec::attach(&PoolSpec::new(&accepted(&buffered_flags()))).unwrap();
+    let ring = DecodeRing::attach(&pool(&accepted(&buffered_flags()))).unwrap();
     assert_eq!(ring.cache_len(), 8);
-    let e = BufferedRingSpec::attach(&PoolSpec::new(&accepted(&EngineFlags::default()))).unwrap_err();
+    let e = ring_error(DecodeRing::attach(&pool(&accepted(&EngineFlags::default()))).map(|_| ()));
     assert_eq!(e, GateError::RingWithoutBufferedDecode);
+    // And a spec ring only on a spec pool.
+    let e = ring_error(SpecRing::for_pool(&pool(&accepted(&buffered_flags())), 4, DType::BF16, true).map(|_| ()));
+    assert_eq!(e.rule(), "P1");
+    assert!(e.to_string().contains("--enable-linear-replayssm-spec"), "{e}");
+    let ring = SpecRing::for_pool(&pool(&cfg), 4, DType::BF16, true).unwrap();
+    assert_eq!(ring.shape.slots, 3);
+}
+
+const DIMS: HeadDims = HeadDims {
+    h: 1,
+    hv: 2,
+    k: 32,
+    v: 16,
+};
+
+fn pool(cfg: &ResolvedConfig) -> CheckpointPool {
+    CheckpointPool::new(cfg, DIMS, 2, 3).unwrap()
+}
+
+fn ring_error(r: replayssm::Result<()>) -> GateError {
+    match r {
+        Err(Error::Gate(g)) => g,
+        other => panic!("expected a gate refusal, got {other:?}"),
+    }
 }
 
 fn random_flags(r: &mut impl Rng) -> EngineFlags {
@@ -363,7 +387,8 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
         match resolve(&f) {
             Ok(cfg) => {
                 ok += 1;
-                let pool = PoolSpec::new(&cfg);
+                let pool = pool(&cfg);
+                let spec_ring = SpecRing::for_pool(&pool, 8, DType::BF16, true);
                 match cfg.mode {
                     Mode::Buffered { cache_len } => {
                         assert!(cache_len >= 1);
@@ -372,7 +397,8 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                             PoolRole::Local,
                             "buffered decode accepted on a PD pool: {f:?}"
                         );
-                        assert_eq!(BufferedRingSpec::attach(&pool).map(|r| r.cache_len()), Ok(cache_len));
+                        assert_eq!(DecodeRing::attach(&pool).unwrap().cache_len(), cache_len);
+                        assert!(spec_ring.is_err());
                     }
                     Mode::Spec => {
                         assert!(
@@ -380,9 +406,13 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                             "spec ring accepted with a tree: {f:?}"
                         );
                         assert_ne!(cfg.pool_role, PoolRole::PdPrefill);
-                        assert!(BufferedRingSpec::attach(&pool).is_err());
+                        assert!(DecodeRing::attach(&pool).is_err());
+                        assert!(spec_ring.is_ok(), "{f:?}");
                     }
-                    Mode::Off => assert!(BufferedRingSpec::attach(&pool).is_err()),
+                    Mode::Off => {
+                        assert!(DecodeRing::attach(&pool).is_err());
+                        assert!(spec_ring.is_err());
+                    }
                 }
             }
             Err(e) => {

@@ -16,3 +16,7 @@ extern "C" rssm_status rssm_fold_can_implement(const rssm_fold_params *params) {
 extern "C" rssm_status rssm_replay_can_implement(const rssm_replay_params *params) {
   return rssm::replay_can_implement(params, true);
 }
+
+extern "C" rssm_status rssm_decode_can_implement(const rssm_decode_params *params) {
+  return rssm::decode_can_implement(params, true);
+}

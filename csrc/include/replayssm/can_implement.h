@@ -15,10 +15,11 @@ inline bool supported_head_dim(int32_t k) { return k == 32 || k == 64 || k == 12
 
 inline bool aligned(const void *p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
-// The token inputs R and V share (same field names in both params structs): pointers present,
-// exactly one gate form, strides at least a row, a finite scale.
+// The token inputs R, V and D share (same field names in every params struct): pointers present,
+// exactly one gate form, strides at least a row, a finite scale. cu_seqlens is checked by the
+// callers that have one (D has a fixed token per request).
 template <class P> rssm_status token_fields_can_implement(const P *p) {
-  if (!p->q || !p->k || !p->v || !p->o || !p->cu_seqlens || !p->slots || !p->state) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!p->q || !p->k || !p->v || !p->o || !p->slots || !p->state) return RSSM_ERR_INVALID_ARGUMENT;
   const bool raw = p->a || p->b || p->A_log || p->dt_bias;
   const bool pre = p->g || p->beta;
   if (raw == pre) return RSSM_ERR_INVALID_ARGUMENT;  // exactly one gate form
@@ -40,6 +41,7 @@ inline rssm_status recurrent_can_implement(const rssm_recurrent_params *p, bool 
     return RSSM_ERR_INVALID_ARGUMENT;
   if (p->dtype < RSSM_DTYPE_F32 || p->dtype > RSSM_DTYPE_BF16) return RSSM_ERR_INVALID_ARGUMENT;
   if (p->variant != RSSM_VARIANT_GDN && p->variant != RSSM_VARIANT_KDA) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!p->cu_seqlens) return RSSM_ERR_INVALID_ARGUMENT;
   const rssm_status tokens = token_fields_can_implement(p);
   if (tokens != RSSM_OK) return tokens;
   if (vector_aligned && (!aligned(p->state, 16) || (p->snapshots && !aligned(p->snapshots, 16))))
@@ -73,6 +75,7 @@ inline rssm_status verify_can_implement(const rssm_verify_params *p, bool vector
   if (p->num_tokens < 0 || p->max_seqlen < 1 || p->max_seqlen > RSSM_MAX_VERIFY_WINDOW || p->layer < 0 ||
       p->layer >= p->num_layers)
     return RSSM_ERR_INVALID_ARGUMENT;
+  if (!p->cu_seqlens) return RSSM_ERR_INVALID_ARGUMENT;
   const rssm_status tokens = token_fields_can_implement(p);
   if (tokens != RSSM_OK) return tokens;
   const int rings = (p->ring_v != nullptr) + (p->ring_k != nullptr) + (p->ring_g != nullptr) + (p->ring_beta != nullptr);
@@ -104,6 +107,25 @@ inline rssm_status replay_can_implement(const rssm_replay_params *p, bool vector
   if (!p->state || !p->ring_v || !p->ring_k || !p->ring_g || !p->ring_beta || !p->slots || !p->counts)
     return RSSM_ERR_INVALID_ARGUMENT;
   if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;
+  return RSSM_OK;
+}
+
+// Kernel D and its materialise entry share one struct; `tokens` is false for materialise, which
+// reads no token fields.
+inline rssm_status decode_can_implement(const rssm_decode_params *p, bool vector_aligned, bool tokens = true) {
+  if (!p) return RSSM_ERR_INVALID_ARGUMENT;
+  const rssm_status st = spec_common_can_implement(p->batch, p->num_slots, p->num_layers, p->cache_len, p->H, p->HV,
+                                                   p->K, p->V, p->dtype, p->variant);
+  if (st != RSSM_OK) return st;
+  if (p->layer < 0 || p->layer >= p->num_layers) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!p->state || !p->ring_d || !p->ring_k || !p->ring_g || !p->slots || !p->positions)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (!tokens && int64_t(p->batch) * p->num_layers > 65535) return RSSM_ERR_INVALID_ARGUMENT;
+  if (tokens) {
+    const rssm_status t = token_fields_can_implement(p);
+    if (t != RSSM_OK) return t;
+  }
+  if (vector_aligned && (!aligned(p->state, 16) || !aligned(p->ring_k, 16))) return RSSM_ERR_INVALID_ARGUMENT;
   return RSSM_OK;
 }
 

@@ -43,7 +43,7 @@ typedef enum rssm_variant {
  * not trust (the host never saw it, e.g. under CUDA-graph replay); the row is skipped. */
 #define RSSM_DEVERR_SLOT_OUT_OF_RANGE 0x1u
 #define RSSM_DEVERR_BAD_SEQLENS 0x2u
-#define RSSM_DEVERR_BAD_LENGTH 0x4u  /* accept length / replay count outside 0..W */
+#define RSSM_DEVERR_BAD_LENGTH 0x4u  /* accept length / replay count / cursor out of range */
 #define RSSM_DEVERR_TRACK_SLOT 0x8u  /* track slot out of range (track skipped) */
 
 /* Longest verify window the V kernel is compiled for. */
@@ -143,6 +143,38 @@ typedef struct rssm_replay_params {
   int32_t dtype, variant, qk_l2norm;
 } rssm_replay_params;
 
+/* Buffered-decode ring of NL layers x NS slots, cache length L (SPEC §4 D). All f32, so that
+ * replaying it reproduces kernel R's state bit for bit:
+ *   ring_d [NL, NS, HV, L, V]  corrected delta u = beta (v - S k^) of each pending token
+ *   ring_k [NL, NS, H,  L, K]  normalised key k^ (written once per key head)
+ *   ring_g [NL, NS, HV, L]     log decay (KDA: [NL, NS, HV, L, K])
+ * A slot's cursor m in 0..L-1 counts its pending records (shared by all layers); the caller
+ * snapshots it per row into `positions` before a step and advances it after the forward. */
+
+/* Kernel D: buffered decode of layer `layer`, one token per request (token b is request b).
+ * Computes o_b from the checkpoint and the m = positions[b] pending records without writing
+ * the checkpoint; on a flush step (m == L-1, or force_flush[b] != 0) stores S_t into the
+ * checkpoint, otherwise appends (u, k^, g) at position m. rssm_decode_materialize takes the
+ * same struct and replays positions[b] pending records of every layer into the checkpoint
+ * (materialise / export); it reads only state, ring_*, slots, positions and the sizes. */
+typedef struct rssm_decode_params {
+  const void *q, *k, *v, *a, *b; /* [batch, ..] rows, as rssm_recurrent_params */
+  const float *A_log, *dt_bias, *g, *beta;
+  const int32_t *slots;       /* [batch]; -1 = null (zero outputs, nothing else) */
+  const int32_t *positions;   /* [batch] cursor snapshot m, 0..cache_len-1 */
+  const int32_t *force_flush; /* [batch] (nonzero = flush this step), or NULL */
+  float *state;               /* pool [num_layers, num_slots, HV, V, K] */
+  float *ring_d, *ring_k, *ring_g;
+  void *o;                    /* [batch, HV, V] act, row stride o_stride */
+  uint32_t *error_word;
+  int64_t q_stride, k_stride, v_stride, a_stride, b_stride, o_stride;
+  int32_t batch, num_slots, num_layers, layer, cache_len;
+  int32_t H, HV, K, V;
+  float scale;
+  int32_t dtype, variant, qk_l2norm;
+  int32_t reserved;
+} rssm_decode_params;
+
 rssm_status rssm_recurrent(const rssm_recurrent_params *params, void *stream);
 rssm_status rssm_emu_recurrent(const rssm_recurrent_params *params, void *stream);
 rssm_status rssm_verify(const rssm_verify_params *params, void *stream);
@@ -151,6 +183,10 @@ rssm_status rssm_fold(const rssm_fold_params *params, void *stream);
 rssm_status rssm_emu_fold(const rssm_fold_params *params, void *stream);
 rssm_status rssm_replay(const rssm_replay_params *params, void *stream);
 rssm_status rssm_emu_replay(const rssm_replay_params *params, void *stream);
+rssm_status rssm_decode(const rssm_decode_params *params, void *stream);
+rssm_status rssm_emu_decode(const rssm_decode_params *params, void *stream);
+rssm_status rssm_decode_materialize(const rssm_decode_params *params, void *stream);
+rssm_status rssm_emu_decode_materialize(const rssm_decode_params *params, void *stream);
 
 /* Static validation shared by both backends (CUTLASS's can_implement): RSSM_OK when a launch
  * with these params is well-formed for the compiled kernels. Checks host-visible fields only. */
@@ -158,6 +194,7 @@ rssm_status rssm_recurrent_can_implement(const rssm_recurrent_params *params);
 rssm_status rssm_verify_can_implement(const rssm_verify_params *params);
 rssm_status rssm_fold_can_implement(const rssm_fold_params *params);
 rssm_status rssm_replay_can_implement(const rssm_replay_params *params);
+rssm_status rssm_decode_can_implement(const rssm_decode_params *params);
 
 /* Emulator diagnostics: the message of the last RSSM_ERR_EMULATOR on this thread. */
 const char *rssm_emu_last_error(void);

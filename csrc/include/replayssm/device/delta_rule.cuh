@@ -89,9 +89,11 @@ __device__ __forceinline__ void token_gate(const GateSource &src, int64_t tok, i
 }
 
 // SPEC §3 steps 4-7 for ROWS rows: S *= exp(g); u = (v - S k) * beta; S += u k^T. Whole warp.
+// Every lane gets every row's corrected delta in `u` (kernel D stores it in its ring).
 template <int EPL, int ROWS, bool KDA>
 __device__ __forceinline__ void delta_rule_update(float (&s)[ROWS][EPL], const float (&k)[EPL],
-                                                  const Decay<EPL, KDA> &decay, float beta, const float (&v)[ROWS]) {
+                                                  const Decay<EPL, KDA> &decay, float beta, const float (&v)[ROWS],
+                                                  float (&u)[ROWS]) {
   float dot[ROWS];
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r) {
@@ -105,9 +107,28 @@ __device__ __forceinline__ void delta_rule_update(float (&s)[ROWS][EPL], const f
   warp_sum(dot);
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r) {
-    const float u = (v[r] - dot[r]) * beta;
+    u[r] = (v[r] - dot[r]) * beta;
     RSSM_UNROLL
-    for (int j = 0; j < EPL; ++j) s[r][j] = fmaf(u, k[j], s[r][j]);
+    for (int j = 0; j < EPL; ++j) s[r][j] = fmaf(u[r], k[j], s[r][j]);
+  }
+}
+
+template <int EPL, int ROWS, bool KDA>
+__device__ __forceinline__ void delta_rule_update(float (&s)[ROWS][EPL], const float (&k)[EPL],
+                                                  const Decay<EPL, KDA> &decay, float beta, const float (&v)[ROWS]) {
+  float u[ROWS];
+  delta_rule_update<EPL, ROWS, KDA>(s, k, decay, beta, v, u);
+}
+
+// Steps 4 and 7 with a known corrected delta u (replaying a buffered-decode record): exactly the
+// float operations delta_rule_update performs on S, so the replayed state is R's bit for bit.
+template <int EPL, int ROWS, bool KDA>
+__device__ __forceinline__ void delta_rule_apply(float (&s)[ROWS][EPL], const float (&k)[EPL],
+                                                 const Decay<EPL, KDA> &decay, const float (&u)[ROWS]) {
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r) {
+    RSSM_UNROLL
+    for (int j = 0; j < EPL; ++j) s[r][j] = fmaf(u[r], k[j], s[r][j] * decay[j]);
   }
 }
 

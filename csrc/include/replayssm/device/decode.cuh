@@ -1,0 +1,177 @@
+// Kernel D, buffered decode (SPEC §4 D), and its materialise entry. A warp rebuilds its rows of
+// S_{t-1} in registers from the checkpoint and the m pending ring records (delta_rule_apply:
+// the same float operations as kernel R), then runs R's update and readout for the new token.
+// Only the registers hold S_{t-1}: the checkpoint is read once and written on flush steps only,
+// and because the ring keeps u and k^ in f32 the flushed state equals R's bit for bit for any L.
+#pragma once
+
+#include "replayssm/device/recurrent.cuh"
+
+namespace rssm {
+
+// Pool and ring geometry of one D launch.
+struct DecodeGeometry {
+  float *state, *ring_d, *ring_k, *ring_g;
+  int num_slots, L, H, HV, K, V;
+
+  // (layer, slot) row of the pool, ring and cursor arrays.
+  __device__ __forceinline__ int64_t ls(int layer, int slot) const { return int64_t(layer) * num_slots + slot; }
+  __device__ __forceinline__ float *state_rows(int layer, int slot, int hv, int row0) const {
+    return state + ((ls(layer, slot) * HV + hv) * V + row0) * int64_t(K);
+  }
+  __device__ __forceinline__ float *d_at(int layer, int slot, int hv, int pos) const {
+    return ring_d + ((ls(layer, slot) * HV + hv) * L + pos) * int64_t(V);
+  }
+  __device__ __forceinline__ float *k_at(int layer, int slot, int h, int pos) const {
+    return ring_k + ((ls(layer, slot) * H + h) * L + pos) * int64_t(K);
+  }
+  // One float per record (GDN) or K of them (KDA).
+  __device__ __forceinline__ float *g_at(int layer, int slot, int hv, int pos, bool kda) const {
+    const int64_t rec = (ls(layer, slot) * HV + hv) * L + pos;
+    return ring_g + (kda ? rec * K : rec);
+  }
+};
+
+// Replays pending records 0..m-1 of (layer, slot, hv) into this warp's rows `s`.
+template <int EPL, int ROWS, bool KDA>
+__device__ __forceinline__ void replay_pending(const DecodeGeometry &geo, int layer, int slot, int hv, int row0,
+                                               const bool (&row_ok)[ROWS], int m, float (&s)[ROWS][EPL]) {
+  const int h = hv / (geo.HV / geo.H);
+  const int kc = (threadIdx.x % kWarpSize) * EPL;
+  for (int j = 0; j < m; ++j) {
+    float kh[EPL];
+    load_f32(geo.k_at(layer, slot, h, j) + kc, kh);
+    float g[KDA ? EPL : 1];
+    const float *gp = geo.g_at(layer, slot, hv, j, KDA);
+    RSSM_UNROLL
+    for (int i = 0; i < (KDA ? EPL : 1); ++i) g[i] = gp[KDA ? kc + i : 0];
+    const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
+    const float *d = geo.d_at(layer, slot, hv, j) + row0;
+    float u[ROWS];
+    RSSM_UNROLL
+    for (int r = 0; r < ROWS; ++r) u[r] = row_ok[r] ? d[r] : 0.0f;
+    delta_rule_apply<EPL, ROWS, KDA>(s, kh, decay, u);
+  }
+}
+
+template <int EPL, class Act, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads) decode_kernel(const rssm_decode_params p) {
+  constexpr int K = kWarpSize * EPL;
+  constexpr int ROWS = RowTiling::kRows;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int hv = blockIdx.y, b = blockIdx.z;
+  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
+  if (row0 >= p.V) return;  // a whole warp past the last row: no collective needs it
+  const int h = hv / (p.HV / p.H);
+  const int kc = lane * EPL;
+  const int L = p.cache_len;
+  bool row_ok[ROWS];
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
+  Act *o = static_cast<Act *>(p.o) + int64_t(b) * p.o_stride + int64_t(hv) * p.V + row0;
+
+  // Device-side indices are checked, not trusted (under graph replay the host never saw them).
+  const int slot = p.slots[b];
+  const bool reporter = row0 == 0 && lane == 0;
+  bool skip = slot == -1;
+  if (slot < -1 || slot >= p.num_slots) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+    skip = true;
+  }
+  const int m = skip ? 0 : p.positions[b];
+  if (!skip && (m < 0 || m >= L)) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_LENGTH);
+    skip = true;
+  }
+  if (skip) {  // null or untrusted row: zero outputs, nothing else
+    if (lane < ROWS && row_ok[lane]) o[lane] = from_float<Act>(0.0f);
+    return;
+  }
+  const bool flush = m == L - 1 || (p.force_flush != nullptr && p.force_flush[b] != 0);
+
+  const DecodeGeometry geo{p.state, p.ring_d, p.ring_k, p.ring_g, p.num_slots, L, p.H, p.HV, K, p.V};
+  float *state = geo.state_rows(p.layer, slot, hv, row0) + kc;
+  float s[ROWS][EPL];
+  load_rows(state, K, row_ok, s);
+  replay_pending<EPL, ROWS, KDA>(geo, p.layer, slot, hv, row0, row_ok, m, s);
+
+  const int64_t tok = b;
+  float kh[EPL], qh[EPL];
+  load_key(static_cast<const Act *>(p.k) + tok * p.k_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, kh);
+  load_key(static_cast<const Act *>(p.q) + tok * p.q_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, qh);
+  RSSM_UNROLL
+  for (int j = 0; j < EPL; ++j) qh[j] = qh[j] * p.scale;
+  const GateSource gate{p.a, p.b, p.A_log, p.dt_bias, p.g, p.beta, p.a_stride, p.b_stride, p.HV};
+  float g[KDA ? EPL : 1], beta;
+  token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, beta);
+  const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
+  const Act *v = static_cast<const Act *>(p.v) + tok * p.v_stride + int64_t(hv) * p.V + row0;
+  float vr[ROWS];
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r) vr[r] = row_ok[r] ? to_float(v[r]) : 0.0f;
+
+  float u[ROWS];
+  delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, beta, vr, u);
+  float out[ROWS];
+  delta_rule_readout<EPL, ROWS>(s, qh, out);
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r)
+    if (lane == r && row_ok[r]) o[r] = from_float<Act>(out[r]);
+
+  if (flush) {
+    store_rows(state, K, row_ok, s);
+    return;
+  }
+  // Append record m. u: one row per lane; k^ once per key head (first value head of its group);
+  // g once per value head (first row tile).
+  float *d = geo.d_at(p.layer, slot, hv, m) + row0;
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r)
+    if (lane == r && row_ok[r]) d[r] = u[r];
+  if (blockIdx.x == 0 && warp == 0) {
+    if (hv % (p.HV / p.H) == 0) store_f32(geo.k_at(p.layer, slot, h, m) + kc, kh);
+    float *gp = geo.g_at(p.layer, slot, hv, m, KDA);
+    if constexpr (KDA) {
+      RSSM_UNROLL
+      for (int j = 0; j < EPL; ++j) gp[kc + j] = g[j];
+    } else {
+      if (lane == 0) gp[0] = g[0];
+    }
+  }
+}
+
+// Materialise: replays positions[b] pending records of every layer into the checkpoint. (No act
+// dtype: it reads only f32 buffers.)
+template <int EPL, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_materialize_kernel(const rssm_decode_params p) {
+  constexpr int K = kWarpSize * EPL;
+  constexpr int ROWS = RowTiling::kRows;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int hv = blockIdx.y, b = blockIdx.z / p.num_layers, layer = blockIdx.z % p.num_layers;
+  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
+  if (row0 >= p.V) return;
+  const int slot = p.slots[b];
+  const bool reporter = row0 == 0 && lane == 0 && hv == 0 && layer == 0;
+  if (slot == -1) return;
+  if (slot < -1 || slot >= p.num_slots) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+    return;
+  }
+  const int m = p.positions[b];
+  if (m < 0 || m >= p.cache_len) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_LENGTH);
+    return;
+  }
+  if (m == 0) return;
+  bool row_ok[ROWS];
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
+  const DecodeGeometry geo{p.state, p.ring_d, p.ring_k, p.ring_g, p.num_slots, p.cache_len, p.H, p.HV, K, p.V};
+  float *state = geo.state_rows(layer, slot, hv, row0) + lane * EPL;
+  float s[ROWS][EPL];
+  load_rows(state, K, row_ok, s);
+  replay_pending<EPL, ROWS, KDA>(geo, layer, slot, hv, row0, row_ok, m, s);
+  store_rows(state, K, row_ok, s);
+}
+
+}  // namespace rssm

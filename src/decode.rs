@@ -1,0 +1,757 @@
+//! Kernel D, buffered decode (SPEC §4 D, `--enable-linear-replayssm`), and its cursor protocol.
+//!
+//! A [`DecodeRing`] attaches to a [`CheckpointPool`] resolved with buffered decode on a local
+//! pool (SPEC §5 P1: attaching to a disaggregated pool is an error, so no code path can produce
+//! that combination). Per forward: [`DecodeRing::begin_step`] snapshots each row's cursor,
+//! [`decode`] runs once per layer, [`DecodeRing::finish_step`] advances the cursors (outside any
+//! captured graph). [`materialize`] folds a slot's pending records into its checkpoint.
+//!
+//! The ring keeps the corrected delta `u` and the normalised key in f32, and the kernel rebuilds
+//! `S_{t-1}` with the same float operations as kernel R, so outputs and flushed checkpoints are
+//! bit-identical to R on the same backend for every cache length.
+//!
+//! Device code: `csrc/include/replayssm/device/decode.cuh`; launcher `csrc/kernels/decode.cu`;
+//! tests `tests/decode.rs`.
+
+use crate::backend::Backend;
+use crate::config::{resolve, EngineFlags, GateError, Mode, PoolRole};
+use crate::dtype::{ActBuffer, ActView, ActViewMut};
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::launch::{check_error_word, check_status, launch, Memory};
+use crate::pool::{CheckpointPool, PoolShape};
+use crate::problem::{check_slots, Gate, HeadDims, Variant};
+use crate::recurrent::{check_kernel_head_dim, stage_output_view, stage_tokens, validate_tokens, RecurrentInputs};
+use crate::reference;
+use crate::workload::{GateData, RecurrentData};
+
+/// Longest cache length a ring may have (cursor and index limits).
+pub const MAX_CACHE_LEN: usize = 1 << 16;
+
+/// Inputs of one decode step of one layer: row `b` is the token of request `b`.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeInputs<'a> {
+    pub variant: Variant,
+    pub dims: HeadDims,
+    /// `[B, H, K]`
+    pub q: ActView<'a>,
+    /// `[B, H, K]`
+    pub k: ActView<'a>,
+    /// `[B, HV, V]`
+    pub v: ActView<'a>,
+    pub gate: Gate<'a>,
+    pub scale: f32,
+    pub qk_l2norm: bool,
+}
+
+/// When a step must flush a row's checkpoint besides the periodic flush at `m == L - 1`.
+#[derive(Clone, Copy, Debug)]
+pub enum ForceFlush<'a> {
+    None,
+    /// One flag per row.
+    Rows(&'a [bool]),
+    /// Radix prefix caching: flush when the sequence length after this step's token is a
+    /// multiple of the track interval, so a snapshot of the checkpoint is never stale.
+    TrackInterval {
+        seq_lens_after: &'a [u64],
+        interval: u64,
+    },
+}
+
+/// The cursor snapshot of one forward: every layer's [`decode`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeStep {
+    slots: Vec<i32>,
+    positions: Vec<i32>,
+    force_flush: Vec<i32>,
+    generation: u64,
+    ring: u64,
+}
+
+impl DecodeStep {
+    pub fn slots(&self) -> &[i32] {
+        &self.slots
+    }
+    /// Each row's cursor `m` (pending records before this token); 0 for null rows.
+    pub fn positions(&self) -> &[i32] {
+        &self.positions
+    }
+    pub fn batch(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+/// The buffered-decode ring of a pool: `d [NL, NS, HV, L, V]`, `k [NL, NS, H, L, K]`,
+/// `g [NL, NS, HV, L]` (KDA `[.., K]`), all f32, and one cursor per slot.
+#[derive(Debug)]
+pub struct DecodeRing {
+    shape: PoolShape,
+    cache_len: usize,
+    d: Vec<f32>,
+    k: Vec<f32>,
+    g: Vec<f32>,
+    write_pos: Vec<i32>,
+    /// Bumped on every cursor change, so a step taken before it cannot be used after.
+    generation: u64,
+    pool: u64,
+    id: u64,
+}
+
+static NEXT_RING_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl DecodeRing {
+    /// Attaches a buffered-decode ring to `pool`. Refused (SPEC §5 P1) when the pool is a
+    /// disaggregated prefill or decode pool, or was not resolved with buffered decode.
+    pub fn attach(pool: &CheckpointPool) -> Result<Self> {
+        if pool.role() != PoolRole::Local {
+            return Err(GateError::RingOnDisaggregatedPool {
+                role: match pool.role() {
+                    PoolRole::PdDecode => "disaggregated decode",
+                    _ => "disaggregated prefill",
+                },
+                role_flag: pool.role().flag_value(),
+            }
+            .into());
+        }
+        let Mode::Buffered { cache_len } = pool.mode() else {
+            return Err(GateError::RingWithoutBufferedDecode.into());
+        };
+        if cache_len == 0 || cache_len > MAX_CACHE_LEN {
+            return Err(GateError::CacheLen { got: cache_len as i64 }.into());
+        }
+        let s = pool.shape();
+        let d = s.dims;
+        let recs = s.layers * s.slots * cache_len;
+        Ok(DecodeRing {
+            shape: s,
+            cache_len,
+            d: vec![f32::NAN; recs * d.hv * d.v],
+            k: vec![f32::NAN; recs * d.h * d.k],
+            g: vec![f32::NAN; recs * d.hv * d.gate_width(s.variant)],
+            write_pos: vec![0; s.slots],
+            generation: 0,
+            pool: pool.id(),
+            id: NEXT_RING_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    pub fn cache_len(&self) -> usize {
+        self.cache_len
+    }
+    pub fn shape(&self) -> PoolShape {
+        self.shape
+    }
+
+    fn check_slot(&self, slot: usize) -> Result<()> {
+        if slot >= self.shape.slots {
+            return Err(Error::SlotOutOfRange {
+                index: 0,
+                slot: slot.min(i32::MAX as usize) as i32,
+                num_slots: self.shape.slots,
+            });
+        }
+        Ok(())
+    }
+
+    fn set_cursor(&mut self, slot: usize, pos: i32) {
+        self.write_pos[slot] = pos;
+        self.generation += 1;
+    }
+
+    /// Pending (not yet flushed) records of `slot`.
+    pub fn pending(&self, slot: usize) -> Result<usize> {
+        self.check_slot(slot)?;
+        Ok(self.write_pos[slot] as usize)
+    }
+
+    /// A slot was (re)allocated to a request: its cursor starts at 0.
+    pub fn allocate(&mut self, slot: usize) -> Result<()> {
+        self.check_slot(slot)?;
+        self.set_cursor(slot, 0);
+        Ok(())
+    }
+
+    /// A slot was freed: pending records are dropped.
+    pub fn clear(&mut self, slot: usize) -> Result<()> {
+        self.allocate(slot)
+    }
+
+    /// Copy-on-write of a cached prefix: copies `src`'s checkpoint (every layer) into `dst` and
+    /// resets `dst`'s cursor. `src` must be fully flushed ([`materialize`] it first).
+    pub fn copy_slot(&mut self, pool: &mut CheckpointPool, src: usize, dst: usize) -> Result<()> {
+        self.check_pool(pool)?;
+        self.check_slot(src)?;
+        self.check_slot(dst)?;
+        let pending = self.write_pos[src] as usize;
+        if pending != 0 {
+            return Err(Error::PendingRing { slot: src, pending });
+        }
+        if src != dst {
+            let s = self.shape;
+            let n = s.dims.state_elems();
+            for layer in 0..s.layers {
+                let (a, b) = (s.offset(layer, src), s.offset(layer, dst));
+                pool.state_mut().copy_within(a..a + n, b);
+            }
+        }
+        self.set_cursor(dst, 0);
+        Ok(())
+    }
+
+    fn check_pool(&self, pool: &CheckpointPool) -> Result<()> {
+        if pool.id() != self.pool {
+            return Err(Error::ForeignPool {
+                what: "the decode ring",
+            });
+        }
+        Ok(())
+    }
+
+    /// Snapshots the cursors of this forward's rows (`-1` = null row) and decides which rows
+    /// flush. Live slots must be distinct.
+    pub fn begin_step(&self, slots: &[i32], force: ForceFlush<'_>) -> Result<DecodeStep> {
+        if slots.is_empty() || slots.len() > 65535 {
+            return Err(Error::Shape {
+                tensor: "slots",
+                expected: "[B] with 1 <= B <= 65535".into(),
+                got: format!("[{}]", slots.len()),
+            });
+        }
+        check_slots(slots, slots.len(), self.shape.slots)?;
+        let force_flush: Vec<i32> = match force {
+            ForceFlush::None => vec![0; slots.len()],
+            ForceFlush::Rows(f) => {
+                if f.len() != slots.len() {
+                    return Err(Error::Shape {
+                        tensor: "force_flush",
+                        expected: format!("[{}] (one per row)", slots.len()),
+                        got: format!("[{}]", f.len()),
+                    });
+                }
+                f.iter().map(|&x| x as i32).collect()
+            }
+            ForceFlush::TrackInterval {
+                seq_lens_after,
+                interval,
+            } => {
+                if seq_lens_after.len() != slots.len() {
+                    return Err(Error::Shape {
+                        tensor: "seq_lens_after",
+                        expected: format!("[{}] (one per row)", slots.len()),
+                        got: format!("[{}]", seq_lens_after.len()),
+                    });
+                }
+                if interval == 0 {
+                    return Err(Error::InvalidValue {
+                        what: "track interval",
+                        why: "must be positive".into(),
+                    });
+                }
+                seq_lens_after.iter().map(|&n| (n % interval == 0) as i32).collect()
+            }
+        };
+        let positions = slots
+            .iter()
+            .map(|&s| if s < 0 { 0 } else { self.write_pos[s as usize] })
+            .collect();
+        Ok(DecodeStep {
+            slots: slots.to_vec(),
+            positions,
+            force_flush,
+            generation: self.generation,
+            ring: self.id,
+        })
+    }
+
+    fn check_step(&self, step: &DecodeStep) -> Result<()> {
+        if step.ring != self.id {
+            return Err(Error::StaleStep {
+                why: "the step belongs to another ring",
+            });
+        }
+        if step.generation != self.generation {
+            return Err(Error::StaleStep {
+                why: "a cursor changed after begin_step",
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether row `b` of `step` flushes: `m == L - 1` or forced.
+    pub fn flushes(&self, step: &DecodeStep, b: usize) -> bool {
+        step.slots[b] >= 0 && (step.positions[b] as usize + 1 == self.cache_len || step.force_flush[b] != 0)
+    }
+
+    /// Advances the cursors after every layer ran the step: flushed rows go back to 0, the others
+    /// move one on. Returns the number of rows that flushed.
+    pub fn finish_step(&mut self, step: DecodeStep) -> Result<usize> {
+        self.check_step(&step)?;
+        let mut flushed = 0;
+        for b in 0..step.batch() {
+            let slot = step.slots[b];
+            if slot < 0 {
+                continue;
+            }
+            if self.flushes(&step, b) {
+                self.write_pos[slot as usize] = 0;
+                flushed += 1;
+            } else {
+                self.write_pos[slot as usize] = step.positions[b] + 1;
+            }
+        }
+        self.generation += 1;
+        Ok(flushed)
+    }
+
+    fn ls(&self, layer: usize, slot: usize) -> usize {
+        layer * self.shape.slots + slot
+    }
+    fn d_index(&self, layer: usize, slot: usize, hv: usize, pos: usize) -> usize {
+        ((self.ls(layer, slot) * self.shape.dims.hv + hv) * self.cache_len + pos) * self.shape.dims.v
+    }
+    fn k_index(&self, layer: usize, slot: usize, h: usize, pos: usize) -> usize {
+        ((self.ls(layer, slot) * self.shape.dims.h + h) * self.cache_len + pos) * self.shape.dims.k
+    }
+    fn g_index(&self, layer: usize, slot: usize, hv: usize, pos: usize) -> usize {
+        ((self.ls(layer, slot) * self.shape.dims.hv + hv) * self.cache_len + pos)
+            * self.shape.dims.gate_width(self.shape.variant)
+    }
+}
+
+fn check_inputs(backend: Backend, inp: &DecodeInputs<'_>, pool: &CheckpointPool, layer: usize) -> Result<()> {
+    let s = pool.shape();
+    if inp.variant != s.variant || inp.dims != s.dims {
+        return Err(Error::InvalidValue {
+            what: "decode inputs",
+            why: format!(
+                "inputs are {} {:?}, the pool is {} {:?}",
+                inp.variant, inp.dims, s.variant, s.dims
+            ),
+        });
+    }
+    if layer >= s.layers {
+        return Err(Error::InvalidValue {
+            what: "layer",
+            why: format!("layer {layer} of a pool of {} layers", s.layers),
+        });
+    }
+    check_kernel_head_dim(backend, s.dims.k)
+}
+
+/// Kernel D for layer `layer`: each live row's output from its checkpoint and pending records;
+/// on flush rows the checkpoint is written, on the others record `m` is appended.
+pub fn decode(
+    backend: Backend,
+    inp: &DecodeInputs<'_>,
+    pool: &mut CheckpointPool,
+    ring: &mut DecodeRing,
+    step: &DecodeStep,
+    layer: usize,
+    o: &mut ActViewMut<'_>,
+) -> Result<()> {
+    ring.check_pool(pool)?;
+    ring.check_step(step)?;
+    check_inputs(backend, inp, pool, layer)?;
+    let batch = step.batch();
+    let cu: Vec<i32> = (0..=batch as i32).collect();
+    let rinp = RecurrentInputs {
+        variant: inp.variant,
+        dims: inp.dims,
+        q: inp.q,
+        k: inp.k,
+        v: inp.v,
+        gate: inp.gate,
+        cu_seqlens: &cu,
+        slots: &step.slots,
+        scale: inp.scale,
+        qk_l2norm: inp.qk_l2norm,
+    };
+    // One token per row: cu_seqlens = 0..=B checks that the views hold exactly B rows.
+    validate_tokens(backend, &rinp, o)?;
+    match backend {
+        Backend::Reference => {
+            decode_reference(&rinp, pool, ring, step, layer, o);
+            Ok(())
+        }
+        Backend::Emulated | Backend::Cuda => {
+            let s = pool.shape();
+            let d = s.dims;
+            let mut mem = Memory::for_backend(backend)?;
+            let mut word = [0u32];
+            let t = stage_tokens(&mut mem, &rinp)?;
+            let params = ffi::rssm_decode_params {
+                q: t.q.cast(),
+                k: t.k.cast(),
+                v: t.v.cast(),
+                a: t.a.cast(),
+                b: t.b.cast(),
+                A_log: t.a_log,
+                dt_bias: t.dt_bias,
+                g: t.g,
+                beta: t.beta,
+                slots: t.slots,
+                positions: mem.input(&step.positions)?,
+                force_flush: mem.input(&step.force_flush)?,
+                state: mem.output(pool.state_mut())?,
+                ring_d: mem.output(&mut ring.d)?,
+                ring_k: mem.output(&mut ring.k)?,
+                ring_g: mem.output(&mut ring.g)?,
+                o: stage_output_view(&mut mem, o)?.cast(),
+                error_word: mem.output(&mut word)?,
+                q_stride: inp.q.stride as i64,
+                k_stride: inp.k.stride as i64,
+                v_stride: inp.v.stride as i64,
+                a_stride: t.a_stride,
+                b_stride: t.b_stride,
+                o_stride: o.stride as i64,
+                batch: batch as i32,
+                num_slots: s.slots as i32,
+                num_layers: s.layers as i32,
+                layer: layer as i32,
+                cache_len: ring.cache_len as i32,
+                H: d.h as i32,
+                HV: d.hv as i32,
+                K: d.k as i32,
+                V: d.v as i32,
+                scale: inp.scale,
+                dtype: inp.q.dtype().to_ffi(),
+                variant: inp.variant.to_ffi(),
+                qk_l2norm: inp.qk_l2norm as i32,
+                reserved: 0,
+            };
+            let st = launch!(backend, rssm_decode, rssm_emu_decode, &params);
+            check_status("decode", backend, st)?;
+            mem.finish()?;
+            check_error_word("decode", word[0])
+        }
+    }
+}
+
+/// Folds the pending records of `slots` (every layer) into their checkpoints and resets their
+/// cursors (prefix caching, preemption, export). Null (`-1`) entries are skipped.
+pub fn materialize(backend: Backend, pool: &mut CheckpointPool, ring: &mut DecodeRing, slots: &[i32]) -> Result<()> {
+    ring.check_pool(pool)?;
+    let s = pool.shape();
+    check_kernel_head_dim(backend, s.dims.k)?;
+    if slots.is_empty() || slots.len() * s.layers > 65535 {
+        return Err(Error::Shape {
+            tensor: "slots",
+            expected: format!("[B] with 1 <= B and B x NL <= 65535 (NL = {})", s.layers),
+            got: format!("[{}]", slots.len()),
+        });
+    }
+    check_slots(slots, slots.len(), s.slots)?;
+    let positions: Vec<i32> = slots
+        .iter()
+        .map(|&x| if x < 0 { 0 } else { ring.write_pos[x as usize] })
+        .collect();
+    if positions.iter().all(|&m| m == 0) {
+        return Ok(());
+    }
+    match backend {
+        Backend::Reference => materialize_reference(pool, ring, slots, &positions),
+        Backend::Emulated | Backend::Cuda => {
+            let d = s.dims;
+            let mut mem = Memory::for_backend(backend)?;
+            let mut word = [0u32];
+            let null = std::ptr::null();
+            let params = ffi::rssm_decode_params {
+                q: null,
+                k: null,
+                v: null,
+                a: null,
+                b: null,
+                A_log: std::ptr::null(),
+                dt_bias: std::ptr::null(),
+                g: std::ptr::null(),
+                beta: std::ptr::null(),
+                slots: mem.input(slots)?,
+                positions: mem.input(&positions)?,
+                force_flush: std::ptr::null(),
+                state: mem.output(pool.state_mut())?,
+                ring_d: mem.input(&ring.d)?.cast_mut(),
+                ring_k: mem.input(&ring.k)?.cast_mut(),
+                ring_g: mem.input(&ring.g)?.cast_mut(),
+                o: std::ptr::null_mut(),
+                error_word: mem.output(&mut word)?,
+                q_stride: 0,
+                k_stride: 0,
+                v_stride: 0,
+                a_stride: 0,
+                b_stride: 0,
+                o_stride: 0,
+                batch: slots.len() as i32,
+                num_slots: s.slots as i32,
+                num_layers: s.layers as i32,
+                layer: 0,
+                cache_len: ring.cache_len as i32,
+                H: d.h as i32,
+                HV: d.hv as i32,
+                K: d.k as i32,
+                V: d.v as i32,
+                scale: 1.0,
+                dtype: crate::DType::F32.to_ffi(),
+                variant: s.variant.to_ffi(),
+                qk_l2norm: 0,
+                reserved: 0,
+            };
+            let st = launch!(backend, rssm_decode_materialize, rssm_emu_decode_materialize, &params);
+            check_status("decode_materialize", backend, st)?;
+            mem.finish()?;
+            check_error_word("decode_materialize", word[0])?;
+        }
+    }
+    for &slot in slots.iter().filter(|&&x| x >= 0) {
+        ring.set_cursor(slot as usize, 0);
+    }
+    Ok(())
+}
+
+/// Replays pending records `0..m` of `(layer, slot, hv)` into one head's state (f32).
+fn replay_pending_reference(ring: &DecodeRing, s: &mut [f32], layer: usize, slot: usize, hv: usize, m: usize) {
+    let d = ring.shape.dims;
+    let gw = d.gate_width(ring.shape.variant);
+    let h = d.key_head(hv);
+    for j in 0..m {
+        let ki = ring.k_index(layer, slot, h, j);
+        let di = ring.d_index(layer, slot, hv, j);
+        let gi = ring.g_index(layer, slot, hv, j);
+        let decay: Vec<f32> = ring.g[gi..gi + gw].iter().map(|x| x.exp()).collect();
+        reference::delta_rule_apply(s, &d, &decay, &ring.k[ki..ki + d.k], &ring.d[di..di + d.v]);
+    }
+}
+
+fn decode_reference(
+    inp: &RecurrentInputs<'_>,
+    pool: &mut CheckpointPool,
+    ring: &mut DecodeRing,
+    step: &DecodeStep,
+    layer: usize,
+    o: &mut ActViewMut<'_>,
+) {
+    let d = inp.dims;
+    let shape = pool.shape();
+    let head = d.v * d.k;
+    let gw = d.gate_width(inp.variant);
+    for b in 0..step.batch() {
+        let slot = step.slots[b];
+        if slot < 0 {
+            for i in 0..d.hv * d.v {
+                o.set(b, i, 0.0);
+            }
+            continue;
+        }
+        let slot = slot as usize;
+        let m = step.positions[b] as usize;
+        let flush = ring.flushes(step, b);
+        let base = shape.offset(layer, slot);
+        for hv in 0..d.hv {
+            let h = d.key_head(hv);
+            let mut s = pool.state()[base + hv * head..base + (hv + 1) * head].to_vec();
+            replay_pending_reference(ring, &mut s, layer, slot, hv, m);
+            let mut k: Vec<f32> = (0..d.k).map(|j| inp.k.at(b, h * d.k + j)).collect();
+            let mut q: Vec<f32> = (0..d.k).map(|j| inp.q.at(b, h * d.k + j)).collect();
+            if inp.qk_l2norm {
+                reference::l2_normalize(&mut k);
+                reference::l2_normalize(&mut q);
+            }
+            q.iter_mut().for_each(|x| *x *= inp.scale);
+            let v: Vec<f32> = (0..d.v).map(|j| inp.v.at(b, hv * d.v + j)).collect();
+            let (g, beta) = reference::gate_at::<f32>(&inp.gate, inp.variant, &d, b, hv);
+            let decay: Vec<f32> = g.iter().map(|x| x.exp()).collect();
+            let mut u = vec![0.0f32; d.v];
+            reference::delta_rule_update_u(&mut s, &d, &decay, &k, &v, beta, &mut u);
+            let mut out = vec![0.0f32; d.v];
+            reference::readout(&s, &d, &q, &mut out);
+            for (j, &x) in out.iter().enumerate() {
+                o.set(b, hv * d.v + j, x);
+            }
+            if flush {
+                pool.state_mut()[base + hv * head..base + (hv + 1) * head].copy_from_slice(&s);
+            } else {
+                let di = ring.d_index(layer, slot, hv, m);
+                ring.d[di..di + d.v].copy_from_slice(&u);
+                let ki = ring.k_index(layer, slot, h, m);
+                ring.k[ki..ki + d.k].copy_from_slice(&k);
+                let gi = ring.g_index(layer, slot, hv, m);
+                ring.g[gi..gi + gw].copy_from_slice(&g);
+            }
+        }
+    }
+}
+
+fn materialize_reference(pool: &mut CheckpointPool, ring: &DecodeRing, slots: &[i32], positions: &[i32]) {
+    let s = pool.shape();
+    let head = s.dims.v * s.dims.k;
+    for (b, &slot) in slots.iter().enumerate() {
+        if slot < 0 || positions[b] == 0 {
+            continue;
+        }
+        for layer in 0..s.layers {
+            let base = s.offset(layer, slot as usize);
+            for hv in 0..s.dims.hv {
+                let st = &mut pool.state_mut()[base + hv * head..base + (hv + 1) * head];
+                replay_pending_reference(ring, st, layer, slot as usize, hv, positions[b] as usize);
+            }
+        }
+    }
+}
+
+/// What [`decode_sequence`] produced.
+#[derive(Debug)]
+pub struct SequenceRun {
+    /// `[N, HV, V]` in the workload's packed token order.
+    pub o: ActBuffer,
+    /// The pool `[NS, HV, V, K]` after the last step, materialised.
+    pub state: Vec<f32>,
+    /// Rows that flushed (periodic or forced), over all steps.
+    pub flushes: usize,
+    /// Decode steps run (the longest request).
+    pub steps: usize,
+}
+
+/// Feeds each request of `data` (one layer, its pool `data.state`) through kernel D one token
+/// per step, with a ring of `cache_len`: request `r` decodes its `t`-th token at step `t` (null
+/// row once it has none left). With `track_interval`, rows force-flush when `t + 1` is a
+/// multiple of it. `on_step(t, pool, flushed)` sees the pool after each step, with which
+/// requests flushed. Finally every slot is materialised. Outputs are poisoned (NaN) first.
+pub fn decode_sequence(
+    backend: Backend,
+    data: &RecurrentData,
+    cache_len: usize,
+    track_interval: Option<u64>,
+    mut on_step: impl FnMut(usize, &CheckpointPool, &[bool]),
+) -> Result<SequenceRun> {
+    let d = data.dims;
+    let flags = EngineFlags {
+        enable_linear_replayssm: true,
+        linear_replayssm_cache_len: Some(cache_len.min(i64::MAX as usize) as i64),
+        linear_attn_kind: data.variant,
+        ..EngineFlags::default()
+    };
+    let cfg = resolve(&flags)?;
+    let per_slot = d.state_elems();
+    if data.state.is_empty() || data.state.len() % per_slot != 0 {
+        return Err(Error::Shape {
+            tensor: "state",
+            expected: format!("[NS, HV={}, V={}, K={}]", d.hv, d.v, d.k),
+            got: format!("{} elements", data.state.len()),
+        });
+    }
+    let mut pool = CheckpointPool::new(&cfg, d, 1, data.state.len() / per_slot)?;
+    pool.state_mut().copy_from_slice(&data.state);
+    let mut ring = DecodeRing::attach(&pool)?;
+    let lens: Vec<usize> = data
+        .cu_seqlens
+        .windows(2)
+        .map(|w| (w[1] - w[0]).max(0) as usize)
+        .collect();
+    let batch = lens.len();
+    if data.slots.len() != batch {
+        return Err(Error::Shape {
+            tensor: "slots",
+            expected: format!("[{batch}]"),
+            got: format!("[{}]", data.slots.len()),
+        });
+    }
+    for &s in data.slots.iter().filter(|&&s| s >= 0) {
+        ring.allocate(s as usize)?;
+    }
+    let steps = lens.iter().copied().max().unwrap_or(0);
+    let n = data.num_tokens();
+    let gw = d.gate_width(data.variant);
+    let mut o_all = ActBuffer::nan(data.dtype, n * d.hv * d.v);
+    let mut flushes = 0;
+    let q_all = data.q.to_f32();
+    let k_all = data.k.to_f32();
+    let v_all = data.v.to_f32();
+    for t in 0..steps {
+        // Row r of this step is token bos_r + t (or a null row); rows are gathered so that
+        // requests of different lengths share a step. Copies are exact (same dtype).
+        let tok = |r: usize| (t < lens[r]).then(|| data.cu_seqlens[r] as usize + t);
+        let gather = |src: &[f32], row: usize| -> Vec<f32> {
+            (0..batch)
+                .flat_map(|r| match tok(r) {
+                    Some(i) => src[i * row..(i + 1) * row].to_vec(),
+                    None => vec![0.5; row],
+                })
+                .collect()
+        };
+        let q = ActBuffer::from_f32(data.dtype, &gather(&q_all, d.h * d.k));
+        let k = ActBuffer::from_f32(data.dtype, &gather(&k_all, d.h * d.k));
+        let v = ActBuffer::from_f32(data.dtype, &gather(&v_all, d.hv * d.v));
+        let gate_data = match &data.gate {
+            GateData::Raw { a, b, a_log, dt_bias } => GateData::Raw {
+                a: ActBuffer::from_f32(data.dtype, &gather(&a.to_f32(), d.hv * gw)),
+                b: ActBuffer::from_f32(data.dtype, &gather(&b.to_f32(), d.hv)),
+                a_log: a_log.clone(),
+                dt_bias: dt_bias.clone(),
+            },
+            GateData::Precomputed { g, beta } => GateData::Precomputed {
+                g: gather(g, d.hv * gw),
+                beta: gather(beta, d.hv),
+            },
+        };
+        let slots: Vec<i32> = (0..batch)
+            .map(|r| if tok(r).is_some() { data.slots[r] } else { -1 })
+            .collect();
+        let seq_lens: Vec<u64> = vec![t as u64 + 1; batch];
+        let force = match track_interval {
+            Some(interval) => ForceFlush::TrackInterval {
+                seq_lens_after: &seq_lens,
+                interval,
+            },
+            None => ForceFlush::None,
+        };
+        let step = ring.begin_step(&slots, force)?;
+        let inp = DecodeInputs {
+            variant: data.variant,
+            dims: d,
+            q: q.dense(batch, d.h * d.k),
+            k: k.dense(batch, d.h * d.k),
+            v: v.dense(batch, d.hv * d.v),
+            gate: match &gate_data {
+                GateData::Raw { a, b, a_log, dt_bias } => Gate::Raw {
+                    a: a.dense(batch, d.hv * gw),
+                    b: b.dense(batch, d.hv),
+                    a_log,
+                    dt_bias,
+                },
+                GateData::Precomputed { g, beta } => Gate::Precomputed { g, beta },
+            },
+            scale: data.scale,
+            qk_l2norm: data.qk_l2norm,
+        };
+        let mut o = ActBuffer::nan(data.dtype, batch * d.hv * d.v);
+        decode(
+            backend,
+            &inp,
+            &mut pool,
+            &mut ring,
+            &step,
+            0,
+            &mut o.dense_mut(batch, d.hv * d.v),
+        )?;
+        let flushed: Vec<bool> = (0..batch).map(|r| ring.flushes(&step, r)).collect();
+        flushes += ring.finish_step(step)?;
+        let row = d.hv * d.v;
+        for r in 0..batch {
+            if let Some(i) = tok(r) {
+                for j in 0..row {
+                    o_all.set(i * row + j, o.get(r * row + j));
+                }
+            }
+        }
+        on_step(t, &pool, &flushed);
+    }
+    let live: Vec<i32> = data.slots.iter().copied().filter(|&s| s >= 0).collect();
+    if !live.is_empty() {
+        materialize(backend, &mut pool, &mut ring, &live)?;
+    }
+    Ok(SequenceRun {
+        o: o_all,
+        state: pool.state().to_vec(),
+        flushes,
+        steps,
+    })
+}

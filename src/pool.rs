@@ -1,0 +1,138 @@
+//! The checkpoint pool (SPEC §2): `[NL, NS, HV, V, K]` f32, K contiguous. A pool is built only
+//! from a [`ResolvedConfig`], so it knows the mode and the role (local, PD prefill, PD decode)
+//! it serves; rings attach to a pool and refuse what the configuration cannot serve (SPEC §5 P1).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::config::{Mode, PoolRole, ResolvedConfig};
+use crate::error::{Error, Result};
+use crate::problem::{HeadDims, Variant};
+
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Geometry of a checkpoint pool: `layers` x `slots` states of `[HV, V, K]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolShape {
+    pub variant: Variant,
+    pub dims: HeadDims,
+    pub layers: usize,
+    pub slots: usize,
+}
+
+impl PoolShape {
+    pub fn validate(&self) -> Result<()> {
+        self.dims.validate()?;
+        if self.layers == 0 || self.slots == 0 {
+            return Err(Error::InvalidValue {
+                what: "pool shape",
+                why: format!("layers ({}) and slots ({}) must be positive", self.layers, self.slots),
+            });
+        }
+        if self.slots > i32::MAX as usize || self.layers > 65535 {
+            return Err(Error::InvalidValue {
+                what: "pool shape",
+                why: format!("{self:?} exceeds the index limits (slots < 2^31, layers <= 65535)"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Elements of the whole pool.
+    pub fn elems(&self) -> usize {
+        self.layers * self.slots * self.dims.state_elems()
+    }
+
+    /// Offset of `(layer, slot)`'s `[HV, V, K]` state.
+    pub fn offset(&self, layer: usize, slot: usize) -> usize {
+        (layer * self.slots + slot) * self.dims.state_elems()
+    }
+}
+
+/// An owned f32 checkpoint pool (zeros at creation).
+#[derive(Debug)]
+pub struct CheckpointPool {
+    config: ResolvedConfig,
+    shape: PoolShape,
+    state: Vec<f32>,
+    id: u64,
+}
+
+impl CheckpointPool {
+    /// A pool of `layers` x `slots` checkpoints for `config` (its layer kind sets the variant).
+    /// The kernels keep f32 checkpoints; a bf16/f16 `--mamba-ssm-dtype` is served in f32, which
+    /// is at least as exact (resolve() says so in its warnings).
+    pub fn new(config: &ResolvedConfig, dims: HeadDims, layers: usize, slots: usize) -> Result<Self> {
+        let shape = PoolShape {
+            variant: config.kind,
+            dims,
+            layers,
+            slots,
+        };
+        shape.validate()?;
+        let elems = shape
+            .layers
+            .checked_mul(shape.slots)
+            .and_then(|x| x.checked_mul(dims.state_elems()))
+            .ok_or_else(|| Error::InvalidValue {
+                what: "pool shape",
+                why: format!("{shape:?} overflows"),
+            })?;
+        Ok(CheckpointPool {
+            config: config.clone(),
+            shape,
+            state: vec![0.0; elems],
+            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    pub fn shape(&self) -> PoolShape {
+        self.shape
+    }
+    pub fn config(&self) -> &ResolvedConfig {
+        &self.config
+    }
+    pub fn role(&self) -> PoolRole {
+        self.config.pool_role
+    }
+    pub fn mode(&self) -> Mode {
+        self.config.mode
+    }
+    /// Identity of this pool (rings remember the pool they were attached to).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The whole pool `[NL, NS, HV, V, K]`.
+    pub fn state(&self) -> &[f32] {
+        &self.state
+    }
+    pub fn state_mut(&mut self) -> &mut [f32] {
+        &mut self.state
+    }
+
+    fn check_index(&self, layer: usize, slot: usize) -> Result<()> {
+        if layer >= self.shape.layers || slot >= self.shape.slots {
+            return Err(Error::InvalidValue {
+                what: "pool index",
+                why: format!(
+                    "(layer {layer}, slot {slot}) outside a pool of {} layers x {} slots",
+                    self.shape.layers, self.shape.slots
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The `[HV, V, K]` checkpoint of `(layer, slot)`.
+    pub fn slot_state(&self, layer: usize, slot: usize) -> Result<&[f32]> {
+        self.check_index(layer, slot)?;
+        let o = self.shape.offset(layer, slot);
+        Ok(&self.state[o..o + self.shape.dims.state_elems()])
+    }
+    pub fn slot_state_mut(&mut self, layer: usize, slot: usize) -> Result<&mut [f32]> {
+        self.check_index(layer, slot)?;
+        let o = self.shape.offset(layer, slot);
+        let n = self.shape.dims.state_elems();
+        Ok(&mut self.state[o..o + n])
+    }
+}

@@ -1,0 +1,574 @@
+//! Kernel D (buffered decode, SPEC §4 D) and its cursor protocol.
+//!
+//! Bound tested: the ring keeps the corrected delta `u` and the normalised key in f32 and the
+//! kernel rebuilds the state with kernel R's own float operations, so on one backend D's
+//! outputs and every flushed checkpoint are **bit-identical** to kernel R's for every cache
+//! length (not only L = 1). Against the f64 reference the outputs meet the SPEC §6 tolerance of
+//! their dtype and the final state `STATE_TOLERANCE`, like R's.
+mod common;
+
+use common::{bits_equal, gpu_available, output_tolerance, run, say, spec, STATE_TOLERANCE};
+use replayssm::config::{resolve, EngineFlags, GateError, Mode, PoolRole};
+use replayssm::decode::{decode_sequence, SequenceRun};
+use replayssm::numerics::compare;
+use replayssm::reference;
+use replayssm::workload::RecurrentData;
+use replayssm::{
+    decode, materialize, ActBuffer, Backend, CheckpointPool, DType, DecodeInputs, DecodeRing, Error, ForceFlush, Gate,
+    HeadDims, Variant,
+};
+
+const SMALL: HeadDims = HeadDims {
+    h: 1,
+    hv: 2,
+    k: 32,
+    v: 32,
+};
+
+fn seed() -> u64 {
+    std::process::id() as u64 * 7919 // fresh inputs every run
+}
+
+fn data(variant: Variant, dims: HeadDims, dtype: DType, seqlens: &[usize], seed: u64) -> RecurrentData {
+    let mut s = spec(variant, dims, dtype, seqlens);
+    s.null_requests = vec![];
+    RecurrentData::random(&s, seed)
+}
+
+/// Index of (request r, token t) in kernel R's snapshots `[B, T, HV, V, K]`.
+fn snapshot(snaps: &[f32], r: usize, t: usize, max_t: usize, per_slot: usize) -> &[f32] {
+    let base = (r * max_t + t) * per_slot;
+    &snaps[base..base + per_slot]
+}
+
+/// Runs D over `data` with cache length `l` and checks, against kernel R on the same backend:
+/// outputs bit-identical; after every step, a request that flushed holds exactly R's state
+/// after that token and one that did not still holds its last flushed checkpoint; the final
+/// materialised pool bit-identical to R's.
+fn check_against_recurrent(backend: Backend, data: &RecurrentData, l: usize, interval: Option<u64>) -> SequenceRun {
+    let what = format!("{backend} {} {} L={l} interval={interval:?}", data.variant, data.dtype);
+    let r = run(backend, data, true).unwrap();
+    let d = data.dims;
+    let per_slot = d.state_elems();
+    let lens: Vec<usize> = data.cu_seqlens.windows(2).map(|w| (w[1] - w[0]) as usize).collect();
+    let max_t = *lens.iter().max().unwrap();
+    // Last flushed checkpoint of each request (initially the input state).
+    let mut expect: Vec<Vec<f32>> = data
+        .slots
+        .iter()
+        .map(|&s| data.state[s as usize * per_slot..(s as usize + 1) * per_slot].to_vec())
+        .collect();
+    let mut flushed_rows = 0;
+    let mut failures = vec![];
+    let out = decode_sequence(backend, data, l, interval, |t, pool, flushed| {
+        for (req, &f) in flushed.iter().enumerate() {
+            if f {
+                flushed_rows += 1;
+                expect[req] = snapshot(&r.snapshots, req, t, max_t, per_slot).to_vec();
+            }
+            let slot = data.slots[req] as usize;
+            if let Err(e) = bits_equal(pool.slot_state(0, slot).unwrap(), &expect[req]) {
+                failures.push(format!("step {t} request {req} (flushed {f}): {e}"));
+            }
+        }
+    })
+    .unwrap();
+    assert!(
+        failures.is_empty(),
+        "{what}: checkpoints: {:?}",
+        &failures[..failures.len().min(5)]
+    );
+    assert_eq!(out.flushes, flushed_rows);
+    bits_equal(&out.o.to_f32(), &r.o.to_f32()).unwrap_or_else(|e| panic!("{what}: outputs vs R: {e}"));
+    bits_equal(&out.state, &r.state).unwrap_or_else(|e| panic!("{what}: final state vs R: {e}"));
+    out
+}
+
+/// The SPEC §6 tolerance against the f64 reference (outputs were poisoned: NaN fails).
+fn check_against_f64(data: &RecurrentData, out: &SequenceRun, what: &str) {
+    let f64ref = reference::recurrent::<f64>(&data.inputs(), &data.state);
+    let c = compare(&out.o.to_f32(), &f64ref.o, output_tolerance(data.dtype));
+    assert!(c.passed(), "{what}: outputs vs f64: {c}");
+    let per_slot = data.dims.state_elems();
+    let mut expected: Vec<f64> = data.state.iter().map(|&x| x as f64).collect();
+    for (r, s) in f64ref.final_state.iter().enumerate() {
+        if let Some(s) = s {
+            let slot = data.slots[r] as usize;
+            expected[slot * per_slot..(slot + 1) * per_slot].copy_from_slice(s);
+        }
+    }
+    let c = compare(&out.state, &expected, STATE_TOLERANCE);
+    assert!(c.passed(), "{what}: final state vs f64: {c}");
+    println!("{what}: outputs and state within tolerance of f64 ({c})");
+}
+
+#[test]
+fn cache_len_1_is_bit_identical_to_recurrent_decode() {
+    let mut s = seed();
+    for backend in [Backend::Reference, Backend::Emulated] {
+        for variant in [Variant::Gdn, Variant::Kda] {
+            for dtype in [DType::F32, DType::BF16] {
+                s += 1;
+                let data = data(variant, SMALL, dtype, &[6, 3, 5], s);
+                let out = check_against_recurrent(backend, &data, 1, None);
+                assert_eq!(out.flushes, 14, "L = 1 flushes every live row every step");
+            }
+        }
+    }
+}
+
+#[test]
+fn long_decode_crosses_many_flushes_bit_identical_to_recurrent_and_within_f64_tolerance() {
+    // >= 1000 decode steps per cache length; requests of different lengths so rows go null.
+    let steps: usize = std::env::var("REPLAYSSM_DECODE_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    let mut s = seed() + 100;
+    for l in [2usize, 4, 16, 17] {
+        for variant in [Variant::Gdn, Variant::Kda] {
+            s += 1;
+            let data = data(variant, SMALL, DType::BF16, &[steps, steps / 2 + 3, steps - 7], s);
+            let out = check_against_recurrent(Backend::Emulated, &data, l, None);
+            assert!(out.steps >= steps.min(1000));
+            assert!(out.flushes >= (steps / l), "L={l}: only {} flushes", out.flushes);
+            check_against_f64(&data, &out, &format!("emulated {variant} L={l}"));
+        }
+    }
+}
+
+#[test]
+fn other_shapes_and_dtypes_match_recurrent() {
+    let mut s = seed() + 200;
+    let shapes = [
+        HeadDims {
+            h: 2,
+            hv: 4,
+            k: 64,
+            v: 48,
+        }, // GQA, V not a multiple of the 16-row tile
+        HeadDims {
+            h: 1,
+            hv: 1,
+            k: 128,
+            v: 128,
+        },
+    ];
+    for dims in shapes {
+        for variant in [Variant::Gdn, Variant::Kda] {
+            for dtype in DType::ALL {
+                s += 1;
+                let data = data(variant, dims, dtype, &[9, 4], s);
+                check_against_recurrent(Backend::Emulated, &data, 3, None);
+            }
+        }
+    }
+    // Precomputed gates and no in-kernel normalisation.
+    let mut sp = spec(Variant::Kda, SMALL, DType::F32, &[7, 7]);
+    sp.raw_gate = false;
+    sp.qk_l2norm = false;
+    let data = RecurrentData::random(&sp, s + 1);
+    check_against_recurrent(Backend::Emulated, &data, 4, None);
+}
+
+#[test]
+fn force_flush_at_exact_track_boundaries() {
+    let data = data(Variant::Gdn, SMALL, DType::F32, &[23, 23], seed() + 300);
+    let (l, interval) = (8usize, 5u64);
+    let mut flush_steps = vec![];
+    decode_sequence(Backend::Emulated, &data, l, Some(interval), |t, _, flushed| {
+        if flushed[0] {
+            flush_steps.push(t + 1);
+        }
+    })
+    .unwrap();
+    // Simulate the cursor: flush when m == L-1 or seq_len % interval == 0.
+    let (mut m, mut expected) = (0usize, vec![]);
+    for len in 1..=23usize {
+        if m == l - 1 || len as u64 % interval == 0 {
+            expected.push(len);
+            m = 0;
+        } else {
+            m += 1;
+        }
+    }
+    assert_eq!(flush_steps, expected);
+    assert!(expected.contains(&5) && expected.contains(&20), "{expected:?}");
+    // And every forced flush leaves exactly R's state (checked inside).
+    check_against_recurrent(Backend::Emulated, &data, l, Some(interval));
+}
+
+fn buffered_config(variant: Variant, l: i64) -> replayssm::ResolvedConfig {
+    resolve(&EngineFlags {
+        enable_linear_replayssm: true,
+        linear_replayssm_cache_len: Some(l),
+        linear_attn_kind: variant,
+        ..EngineFlags::default()
+    })
+    .unwrap()
+}
+
+/// One decode step of layer 0 for `slots` with fresh inputs; returns the outputs.
+fn step(
+    backend: Backend,
+    pool: &mut CheckpointPool,
+    ring: &mut DecodeRing,
+    slots: &[i32],
+    seed: u64,
+) -> replayssm::Result<Vec<f32>> {
+    let b = slots.len();
+    let data = data(Variant::Gdn, SMALL, DType::F32, &vec![1; b], seed);
+    let d = SMALL;
+    let st = ring.begin_step(slots, ForceFlush::None)?;
+    let inp = DecodeInputs {
+        variant: Variant::Gdn,
+        dims: d,
+        q: data.q.dense(b, d.h * d.k),
+        k: data.k.dense(b, d.h * d.k),
+        v: data.v.dense(b, d.hv * d.v),
+        gate: data.inputs().gate,
+        scale: data.scale,
+        qk_l2norm: true,
+    };
+    let mut o = ActBuffer::nan(DType::F32, b * d.hv * d.v);
+    decode(backend, &inp, pool, ring, &st, 0, &mut o.dense_mut(b, d.hv * d.v))?;
+    ring.finish_step(st)?;
+    Ok(o.to_f32())
+}
+
+fn random_pool(cfg: &replayssm::ResolvedConfig, slots: usize, seed: u64) -> CheckpointPool {
+    let mut pool = CheckpointPool::new(cfg, SMALL, 1, slots).unwrap();
+    let fill = data(Variant::Gdn, SMALL, DType::F32, &vec![1; slots.saturating_sub(2)], seed).state;
+    pool.state_mut().copy_from_slice(&fill);
+    pool
+}
+
+#[test]
+fn cursors_reset_on_allocate_clear_and_copy_and_copy_needs_a_flushed_source() {
+    let cfg = buffered_config(Variant::Gdn, 4);
+    let mut pool = random_pool(&cfg, 4, seed() + 400);
+    let mut ring = DecodeRing::attach(&pool).unwrap();
+    for t in 0..2 {
+        step(Backend::Emulated, &mut pool, &mut ring, &[0, 2], seed() + 401 + t).unwrap();
+    }
+    assert_eq!(ring.pending(0).unwrap(), 2);
+    assert_eq!(ring.pending(2).unwrap(), 2);
+    // Copy-on-write from a slot with pending records is refused and changes nothing.
+    let before = pool.state().to_vec();
+    match ring.copy_slot(&mut pool, 0, 1) {
+        Err(Error::PendingRing { slot: 0, pending: 2 }) => {}
+        other => panic!("expected PendingRing, got {other:?}"),
+    }
+    assert_eq!(pool.state(), &before[..]);
+    // Materialise slot 0: its checkpoint moves, slot 2's does not; then the copy works.
+    let s2 = pool.slot_state(0, 2).unwrap().to_vec();
+    materialize(Backend::Emulated, &mut pool, &mut ring, &[0, -1]).unwrap();
+    assert_eq!(ring.pending(0).unwrap(), 0);
+    assert_eq!(ring.pending(2).unwrap(), 2);
+    assert_ne!(pool.slot_state(0, 0).unwrap(), &before[..SMALL.state_elems()]);
+    assert_eq!(pool.slot_state(0, 2).unwrap(), &s2[..]);
+    step(Backend::Emulated, &mut pool, &mut ring, &[1], seed() + 410).unwrap();
+    assert_eq!(ring.pending(1).unwrap(), 1);
+    ring.copy_slot(&mut pool, 0, 1).unwrap();
+    assert_eq!(ring.pending(1).unwrap(), 0, "copy into a slot resets its cursor");
+    assert_eq!(pool.slot_state(0, 1).unwrap(), pool.slot_state(0, 0).unwrap());
+    ring.clear(2).unwrap();
+    assert_eq!(ring.pending(2).unwrap(), 0);
+    step(Backend::Emulated, &mut pool, &mut ring, &[2], seed() + 411).unwrap();
+    ring.allocate(2).unwrap();
+    assert_eq!(ring.pending(2).unwrap(), 0);
+    // A step taken before a cursor changed cannot be used after.
+    let st = ring.begin_step(&[3], ForceFlush::None).unwrap();
+    ring.allocate(3).unwrap();
+    assert!(matches!(ring.finish_step(st), Err(Error::StaleStep { .. })));
+}
+
+#[test]
+fn null_rows_get_zeros_and_untouched_slots_stay_bit_identical() {
+    for backend in [Backend::Reference, Backend::Emulated] {
+        let cfg = buffered_config(Variant::Gdn, 3);
+        let mut pool = random_pool(&cfg, 5, seed() + 500);
+        let mut ring = DecodeRing::attach(&pool).unwrap();
+        let mut outs = vec![];
+        for t in 0..7 {
+            let before = pool.state().to_vec();
+            let o = step(backend, &mut pool, &mut ring, &[3, -1, 1], seed() + 501 + t).unwrap();
+            let row = SMALL.hv * SMALL.v;
+            assert!(
+                o[row..2 * row].iter().all(|&x| x == 0.0),
+                "{backend}: null row not zeroed"
+            );
+            assert!(o.iter().all(|x| x.is_finite()));
+            for slot in [0usize, 2, 4] {
+                assert_eq!(
+                    pool.slot_state(0, slot).unwrap(),
+                    &before[slot * SMALL.state_elems()..(slot + 1) * SMALL.state_elems()],
+                    "{backend}: untouched slot {slot} changed"
+                );
+            }
+            outs.push(o);
+        }
+        say(&format!("{backend}: 7 steps with a null row: ok"));
+    }
+}
+
+#[test]
+fn two_layers_share_one_step_and_cursor() {
+    let cfg = buffered_config(Variant::Kda, 3);
+    let dims = SMALL;
+    let layers = 2;
+    let mut pool = CheckpointPool::new(&cfg, dims, layers, 3).unwrap();
+    let per_layer: Vec<RecurrentData> = (0..layers)
+        .map(|l| data(Variant::Kda, dims, DType::F32, &[1, 1, 1], seed() + 600 + l as u64))
+        .collect();
+    for (l, d) in per_layer.iter().enumerate() {
+        pool.state_mut()[l * 3 * dims.state_elems()..(l + 1) * 3 * dims.state_elems()]
+            .copy_from_slice(&d.state[..3 * dims.state_elems()]);
+    }
+    let mut ring = DecodeRing::attach(&pool).unwrap();
+    let steps = 5;
+    let tokens: Vec<Vec<RecurrentData>> = (0..steps)
+        .map(|t| {
+            (0..layers)
+                .map(|l| {
+                    data(
+                        Variant::Kda,
+                        dims,
+                        DType::F32,
+                        &[1, 1],
+                        seed() + 700 + 10 * t as u64 + l as u64,
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let slots = [2, 0];
+    let mut outs = vec![vec![]; layers];
+    for toks in &tokens {
+        let st = ring.begin_step(&slots, ForceFlush::None).unwrap();
+        for (l, tk) in toks.iter().enumerate() {
+            let inp = DecodeInputs {
+                variant: Variant::Kda,
+                dims,
+                q: tk.q.dense(2, dims.h * dims.k),
+                k: tk.k.dense(2, dims.h * dims.k),
+                v: tk.v.dense(2, dims.hv * dims.v),
+                gate: tk.inputs().gate,
+                scale: tk.scale,
+                qk_l2norm: true,
+            };
+            let mut o = ActBuffer::nan(DType::F32, 2 * dims.hv * dims.v);
+            decode(
+                Backend::Emulated,
+                &inp,
+                &mut pool,
+                &mut ring,
+                &st,
+                l,
+                &mut o.dense_mut(2, dims.hv * dims.v),
+            )
+            .unwrap();
+            outs[l].extend(o.to_f32());
+        }
+        ring.finish_step(st).unwrap();
+    }
+    materialize(Backend::Emulated, &mut pool, &mut ring, &slots).unwrap();
+    // Per layer: kernel R over the same tokens (request r = slot slots[r]) must agree bitwise.
+    for l in 0..layers {
+        let mut state = pool.state()[l * 3 * dims.state_elems()..(l + 1) * 3 * dims.state_elems()].to_vec();
+        let mut r_state = per_layer[l].state[..3 * dims.state_elems()].to_vec();
+        let mut r_out = vec![];
+        for toks in &tokens {
+            let mut tk = toks[l].clone();
+            tk.slots = slots.to_vec();
+            tk.state = r_state.clone();
+            let res = run(Backend::Emulated, &tk, false).unwrap();
+            r_state = res.state;
+            r_out.extend(res.o.to_f32());
+        }
+        bits_equal(&outs[l], &r_out).unwrap_or_else(|e| panic!("layer {l} outputs: {e}"));
+        bits_equal(&state, &r_state).unwrap_or_else(|e| panic!("layer {l} state: {e}"));
+        state.clear();
+    }
+}
+
+#[test]
+fn buffered_ring_only_on_a_local_pool_end_to_end() {
+    // Through the flags: A3 refuses buffered decode on a PD decode (or prefill) server.
+    for mode in [PoolRole::PdDecode, PoolRole::PdPrefill] {
+        let e = resolve(&EngineFlags {
+            enable_linear_replayssm: true,
+            disaggregation_mode: mode,
+            ..EngineFlags::default()
+        })
+        .unwrap_err();
+        assert!(matches!(e, GateError::BufferedDisaggregated { .. }), "{e}");
+    }
+    // A configuration assembled by hand (public fields) still cannot get a ring on that pool.
+    let mut cfg = buffered_config(Variant::Gdn, 4);
+    cfg.pool_role = PoolRole::PdDecode;
+    let pool = CheckpointPool::new(&cfg, SMALL, 1, 2).unwrap();
+    match DecodeRing::attach(&pool) {
+        Err(Error::Gate(g @ GateError::RingOnDisaggregatedPool { .. })) => {
+            assert_eq!(g.rule(), "P1");
+            let msg = g.to_string();
+            assert!(msg.contains("--disaggregation-mode='decode'"), "{msg}");
+        }
+        other => panic!("expected the P1 refusal, got {other:?}"),
+    }
+    cfg.pool_role = PoolRole::PdPrefill;
+    let pool = CheckpointPool::new(&cfg, SMALL, 1, 2).unwrap();
+    assert!(matches!(
+        DecodeRing::attach(&pool),
+        Err(Error::Gate(GateError::RingOnDisaggregatedPool { .. }))
+    ));
+    // A spec-ring pool (allowed on a PD decode server) has no buffered ring either.
+    for role in [PoolRole::Local, PoolRole::PdDecode] {
+        let spec = resolve(&EngineFlags {
+            enable_linear_replayssm_spec: true,
+            disaggregation_mode: role,
+            ..EngineFlags::default()
+        })
+        .unwrap();
+        assert_eq!(spec.mode, Mode::Spec);
+        let pool = CheckpointPool::new(&spec, SMALL, 1, 2).unwrap();
+        let e = DecodeRing::attach(&pool).unwrap_err();
+        match (role, &e) {
+            (PoolRole::Local, Error::Gate(GateError::RingWithoutBufferedDecode)) => {}
+            (PoolRole::PdDecode, Error::Gate(GateError::RingOnDisaggregatedPool { .. })) => {}
+            _ => panic!("{role:?}: unexpected {e:?}"),
+        }
+    }
+}
+
+#[test]
+fn bad_calls_are_refused_before_launch_and_change_nothing() {
+    let cfg = buffered_config(Variant::Gdn, 4);
+    let mut pool = random_pool(&cfg, 4, seed() + 800);
+    let mut ring = DecodeRing::attach(&pool).unwrap();
+    let other = random_pool(&cfg, 4, seed() + 801);
+    let mut other_ring = DecodeRing::attach(&other).unwrap();
+    let before = pool.state().to_vec();
+    assert!(matches!(
+        ring.begin_step(&[1, 1], ForceFlush::None),
+        Err(Error::DuplicateSlot { .. })
+    ));
+    assert!(matches!(
+        ring.begin_step(&[4], ForceFlush::None),
+        Err(Error::SlotOutOfRange { .. })
+    ));
+    assert!(matches!(
+        ring.begin_step(&[-2], ForceFlush::None),
+        Err(Error::SlotOutOfRange { .. })
+    ));
+    assert!(matches!(
+        ring.begin_step(&[0, 1], ForceFlush::Rows(&[true])),
+        Err(Error::Shape { .. })
+    ));
+    // A ring used with another pool, a step of another ring, a layer past the pool, K unsupported.
+    assert!(matches!(
+        step(Backend::Emulated, &mut pool, &mut other_ring, &[0], 1),
+        Err(Error::ForeignPool { .. })
+    ));
+    let st = other_ring.begin_step(&[0], ForceFlush::None).unwrap();
+    let d = data(Variant::Gdn, SMALL, DType::F32, &[1], 2);
+    let inp = DecodeInputs {
+        variant: Variant::Gdn,
+        dims: SMALL,
+        q: d.q.dense(1, 32),
+        k: d.k.dense(1, 32),
+        v: d.v.dense(1, 64),
+        gate: d.inputs().gate,
+        scale: d.scale,
+        qk_l2norm: true,
+    };
+    let mut o = ActBuffer::nan(DType::F32, 64);
+    let e = decode(
+        Backend::Emulated,
+        &inp,
+        &mut pool,
+        &mut ring,
+        &st,
+        0,
+        &mut o.dense_mut(1, 64),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::StaleStep { .. }), "{e}");
+    let st = ring.begin_step(&[0], ForceFlush::None).unwrap();
+    let e = decode(
+        Backend::Emulated,
+        &inp,
+        &mut pool,
+        &mut ring,
+        &st,
+        1,
+        &mut o.dense_mut(1, 64),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::InvalidValue { what: "layer", .. }), "{e}");
+    // Two rows of inputs for a one-row step.
+    let d2 = data(Variant::Gdn, SMALL, DType::F32, &[1, 1], 3);
+    let inp2 = DecodeInputs {
+        q: d2.q.dense(2, 32),
+        ..inp
+    };
+    let e = decode(
+        Backend::Emulated,
+        &inp2,
+        &mut pool,
+        &mut ring,
+        &st,
+        0,
+        &mut o.dense_mut(1, 64),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Shape { .. } | Error::SeqLens(_)), "{e}");
+    // Precomputed gate of the wrong length.
+    let g = vec![-0.1f32; 3];
+    let inp3 = DecodeInputs {
+        gate: Gate::Precomputed { g: &g, beta: &g },
+        ..inp
+    };
+    assert!(decode(
+        Backend::Emulated,
+        &inp3,
+        &mut pool,
+        &mut ring,
+        &st,
+        0,
+        &mut o.dense_mut(1, 64)
+    )
+    .is_err());
+    assert_eq!(pool.state(), &before[..], "a refused call changed the pool");
+    assert!(o.to_f32().iter().all(|x| x.is_nan()), "a refused call wrote outputs");
+    // A cache length the gate refuses.
+    let e = resolve(&EngineFlags {
+        enable_linear_replayssm: true,
+        linear_replayssm_cache_len: Some(0),
+        ..EngineFlags::default()
+    })
+    .unwrap_err();
+    assert_eq!(e.rule(), "A4");
+}
+
+#[test]
+fn cuda_decode_is_bit_identical_to_cuda_recurrent() {
+    if !gpu_available("cuda_decode_is_bit_identical_to_cuda_recurrent") {
+        return;
+    }
+    let mut s = seed() + 900;
+    for l in [1usize, 2, 16, 17] {
+        for variant in [Variant::Gdn, Variant::Kda] {
+            s += 1;
+            let dims = HeadDims {
+                h: 2,
+                hv: 4,
+                k: 128,
+                v: 128,
+            };
+            let data = data(variant, dims, DType::BF16, &[300, 150, 299], s);
+            let out = check_against_recurrent(Backend::Cuda, &data, l, Some(64));
+            check_against_f64(&data, &out, &format!("cuda {variant} L={l}"));
+        }
+    }
+}
