@@ -94,6 +94,8 @@ pub struct Case {
     pub expected_state: Option<Vec<f32>>,
     /// `fold` only: tokens to commit per request.
     pub accept: Option<Vec<i32>>,
+    /// `decode` only: the ring's cache length L (metadata `cache_len`).
+    pub cache_len: Option<usize>,
 }
 
 /// Per-tensor comparisons of one run.
@@ -268,7 +270,7 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         key: "op",
         msg: format!("unknown op '{op_name}'"),
     })?;
-    if !matches!(op, Op::Recurrent | Op::Verify | Op::Fold) {
+    if !matches!(op, Op::Recurrent | Op::Verify | Op::Fold | Op::Decode) {
         return Err(CaseError::UnsupportedOp {
             path: path.to_path_buf(),
             op: op_name.to_string(),
@@ -286,6 +288,19 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
     let tolerance = Tolerance {
         atol: meta_parse(path, &m, "atol")?,
         rtol: meta_parse(path, &m, "rtol")?,
+    };
+    let cache_len = if op == Op::Decode {
+        let l: usize = meta_parse(path, &m, "cache_len")?;
+        if l == 0 || l > crate::decode::MAX_CACHE_LEN {
+            return Err(CaseError::Metadata {
+                path: path.to_path_buf(),
+                key: "cache_len",
+                msg: format!("{l} is outside 1..={}", crate::decode::MAX_CACHE_LEN),
+            });
+        }
+        Some(l)
+    } else {
+        None
     };
 
     let st = SafeTensors::deserialize(&bytes).map_err(not_st)?;
@@ -326,6 +341,8 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
     if requests == 0 {
         return Err(r.bad("cu_seqlens", "needs at least 2 entries".into()));
     }
+    // Before anything is sized from it: cu_seqlens must describe exactly the N tokens of q.
+    crate::problem::check_seqlens(&cu_seqlens, n).map_err(|e| r.bad("cu_seqlens", e.to_string()))?;
     let state_shape = [Some(requests), Some(hv), Some(vd), Some(kd)];
     let state = r.f32s("state_in", &state_shape)?;
     let expected_o = r.f32s("o", &[Some(n), Some(hv), Some(vd)])?;
@@ -370,11 +387,13 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         expected_o,
         expected_state,
         accept,
+        cache_len,
     })
 }
 
 /// Runs a case on `backend` and compares with its expected tensors: `recurrent` through kernel
-/// R, `verify` through kernel V (ring written), `fold` through V then F with `accept`.
+/// R, `verify` through kernel V (ring written), `fold` through V then F with `accept`, `decode`
+/// through kernel D one token per request and step (then materialised).
 pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
     let d = case.data.dims;
     let n = case.data.num_tokens();
@@ -430,6 +449,12 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
                 fold(backend, &mut state, &ring, &case.data.slots, accept, None).map_err(run_err)?;
             }
         }
+        Op::Decode => {
+            let l = case.cache_len.unwrap_or(1);
+            let res = crate::decode::decode_sequence(backend, &case.data, l, None, |_, _, _| {}).map_err(run_err)?;
+            o = res.o;
+            state = res.state;
+        }
         _ => unreachable!("load() refuses other ops"),
     }
     let widen = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
@@ -442,19 +467,23 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
     })
 }
 
-/// Writes a case whose expected tensors come from the f64 reference: `recurrent` (state after
-/// all tokens), `verify` (outputs; `state_out` = the unchanged checkpoint) or `fold` (outputs,
-/// and the state after `accept[r]` tokens).
+/// Writes a case whose expected tensors come from the f64 reference: `recurrent` and `decode`
+/// (state after all tokens; `decode` also records `cache_len`), `verify` (outputs; `state_out`
+/// = the unchanged checkpoint) or `fold` (outputs, and the state after `accept[r]` tokens).
 pub fn write_case(
     path: &Path,
     op: Op,
     data: &RecurrentData,
     accept: Option<&[i32]>,
+    cache_len: Option<usize>,
     tolerance: Tolerance,
 ) -> std::io::Result<()> {
-    if !matches!(op, Op::Recurrent | Op::Verify | Op::Fold) || (op == Op::Fold) != accept.is_some() {
+    if !matches!(op, Op::Recurrent | Op::Verify | Op::Fold | Op::Decode)
+        || (op == Op::Fold) != accept.is_some()
+        || (op == Op::Decode) != cache_len.is_some_and(|l| (1..=crate::decode::MAX_CACHE_LEN).contains(&l))
+    {
         return Err(std::io::Error::other(format!(
-            "cannot write op {} (accept given: {})",
+            "cannot write op {} (accept given: {}, cache_len: {cache_len:?})",
             op.name(),
             accept.is_some()
         )));
@@ -576,7 +605,7 @@ pub fn write_case(
             )
         })
         .collect();
-    let metadata: HashMap<String, String> = [
+    let mut metadata: HashMap<String, String> = [
         ("format", FORMAT.to_string()),
         ("op", op.name().to_string()),
         ("variant", data.variant.name().to_string()),
@@ -588,6 +617,9 @@ pub fn write_case(
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
+    if let Some(l) = cache_len {
+        metadata.insert("cache_len".into(), l.to_string());
+    }
     let bytes = safetensors::serialize(views, &Some(metadata)).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     std::fs::write(path, bytes)
 }

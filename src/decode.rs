@@ -638,6 +638,14 @@ pub fn decode_sequence(
             got: format!("{} elements", data.state.len()),
         });
     }
+    // Validate the whole workload first (a corrupt case file must fail here, not allocate
+    // from garbage lengths).
+    d.validate()?;
+    let n = data.q.len() / (d.h * d.k);
+    crate::problem::check_seqlens(&data.cu_seqlens, n)?;
+    let mut o_all = ActBuffer::nan(data.dtype, n * d.hv * d.v);
+    validate_tokens(backend, &data.inputs(), &o_all.dense_mut(n, d.hv * d.v))?;
+    check_slots(&data.slots, data.cu_seqlens.len() - 1, data.state.len() / per_slot)?;
     let mut pool = CheckpointPool::new(&cfg, d, 1, data.state.len() / per_slot)?;
     pool.state_mut().copy_from_slice(&data.state);
     let mut ring = DecodeRing::attach(&pool)?;
@@ -658,9 +666,7 @@ pub fn decode_sequence(
         ring.allocate(s as usize)?;
     }
     let steps = lens.iter().copied().max().unwrap_or(0);
-    let n = data.num_tokens();
     let gw = d.gate_width(data.variant);
-    let mut o_all = ActBuffer::nan(data.dtype, n * d.hv * d.v);
     let mut flushes = 0;
     let q_all = data.q.to_f32();
     let k_all = data.k.to_f32();

@@ -32,9 +32,16 @@ enum Command {
         backend: Option<Backend>,
         #[arg(long, default_value_t = 7)]
         seed: u64,
-        /// Speculative-decoding steps of the simulation.
+        /// Steps of the simulation (speculative-decoding steps, or decode tokens per request).
         #[arg(long, default_value_t = 200)]
         steps: usize,
+        /// spec: ReplaySSM verify + fold vs the recurrent verify; decode: buffered decode (kernel
+        /// D) vs the recurrent decode.
+        #[arg(long, default_value = "spec", value_parser = ["spec", "decode"])]
+        mode: String,
+        /// --mode decode: the cache length L.
+        #[arg(long, default_value_t = 16)]
+        cache_len: usize,
     },
     /// Run case files (replayssm-case/1) and compare with their expected tensors.
     Check {
@@ -46,16 +53,19 @@ enum Command {
     /// Check engine flags against the capability gates (SPEC §5): exit 0 and print the resolved
     /// configuration when accepted (warnings on stderr), exit 2 with the reason when refused.
     Validate(ValidateArgs),
-    /// Write a case file (recurrent, verify or fold) whose expected tensors come from the f64 reference.
+    /// Write a case file (recurrent, verify, fold or decode) whose expected tensors come from the f64 reference.
     MakeCase {
         #[arg(long)]
         out: PathBuf,
-        /// recurrent, verify or fold.
+        /// recurrent, verify, fold or decode.
         #[arg(long, default_value = "recurrent")]
         op: String,
         /// fold only: tokens committed per request (default: random in 0..=window).
         #[arg(long, value_delimiter = ',')]
         accept: Vec<i32>,
+        /// decode only: the buffered-decode cache length L.
+        #[arg(long, default_value_t = 4)]
+        cache_len: usize,
         #[arg(long, default_value = "gdn")]
         variant: Variant,
         #[arg(long, default_value = "bf16")]
@@ -147,13 +157,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Info => info(),
-        Command::Demo { backend, seed, steps } => demo(backend.unwrap_or_else(Backend::best), seed, steps),
+        Command::Demo {
+            backend,
+            seed,
+            steps,
+            mode,
+            cache_len,
+        } => demo(backend.unwrap_or_else(Backend::best), seed, steps, &mode, cache_len),
         Command::Check { files, backend } => check(&files, backend),
         Command::Validate(a) => validate(a),
         Command::MakeCase {
             out,
             op,
             accept,
+            cache_len,
             variant,
             dtype,
             dims,
@@ -188,7 +205,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
             let Some(op) = case::Op::parse(&op) else {
-                eprintln!("make-case: unknown op '{op}' (expected recurrent, verify or fold)");
+                eprintln!("make-case: unknown op '{op}' (expected recurrent, verify, fold or decode)");
                 return ExitCode::FAILURE;
             };
             let data = RecurrentData::random(&spec, seed);
@@ -203,7 +220,8 @@ fn main() -> ExitCode {
                 case::Op::Fold => Some(accept),
                 _ => None,
             };
-            match case::write_case(&out, op, &data, accept.as_deref(), Tolerance { atol, rtol }) {
+            let cache_len = (op == case::Op::Decode).then_some(cache_len);
+            match case::write_case(&out, op, &data, accept.as_deref(), cache_len, Tolerance { atol, rtol }) {
                 Ok(()) => {
                     println!("wrote {}", out.display());
                     ExitCode::SUCCESS
@@ -255,7 +273,7 @@ fn info() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn demo(backend: Backend, seed: u64, steps: usize) -> ExitCode {
+fn demo(backend: Backend, seed: u64, steps: usize, mode: &str, cache_len: usize) -> ExitCode {
     if let Err(why) = backend.availability() {
         eprintln!("demo: backend {backend} is not available: {why}");
         return ExitCode::FAILURE;
@@ -265,7 +283,12 @@ fn demo(backend: Backend, seed: u64, steps: usize) -> ExitCode {
             println!("(no GPU: {why})");
         }
     }
-    match replayssm::demo::run(backend, seed, steps) {
+    let result = if mode == "decode" {
+        replayssm::demo::run_decode(backend, seed, steps, cache_len)
+    } else {
+        replayssm::demo::run(backend, seed, steps)
+    };
+    match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {

@@ -25,7 +25,7 @@ fn tmp(name: &str) -> PathBuf {
 #[test]
 fn shipped_cases_pass_on_emulated_and_reference() {
     let files = cases();
-    assert!(files.len() >= 8, "expected the shipped cases, found {files:?}");
+    assert!(files.len() >= 10, "expected the shipped cases, found {files:?}");
     for backend in ["emulated", "reference"] {
         let out = bin()
             .arg("check")
@@ -124,6 +124,21 @@ fn broken_cases_fail_with_a_clear_message() {
     std::fs::write(&p, &v).unwrap();
     check_fails(&p, "missing tensor 'state_out'");
 
+    // A decode case without its cache length.
+    let dec = cases()
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("decode_"))
+        .expect("a shipped decode case");
+    let d = std::fs::read(&dec).unwrap();
+    let dh = u64::from_le_bytes(d[..8].try_into().unwrap()) as usize;
+    let p = tmp("decode_no_cache_len.safetensors");
+    let text = String::from_utf8_lossy(&d[8..8 + dh]).replace("\"cache_len\"", "\"cache_lxx\"");
+    let mut v = (text.len() as u64).to_le_bytes().to_vec();
+    v.extend_from_slice(text.as_bytes());
+    v.extend_from_slice(&d[8 + dh..]);
+    std::fs::write(&p, &v).unwrap();
+    check_fails(&p, "cache_len");
+
     // One bad file among good ones still fails the whole run.
     let mut args: Vec<PathBuf> = cases();
     args.push(p);
@@ -163,4 +178,22 @@ fn demo_runs_on_the_best_backend_and_reports_bit_identical_commits() {
         "{s}"
     );
     assert!(s.contains(&format!("result: backend={expected_backend} PASS")), "{s}");
+}
+
+#[test]
+fn demo_decode_mode_reports_bit_identical_buffered_decode() {
+    let out = bin()
+        .args(["demo", "--mode", "decode", "--steps", "60", "--cache-len", "7"])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{s}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(s.contains("cache length L=7"), "{s}");
+    assert!(
+        s.contains("outputs BIT-IDENTICAL and final checkpoints BIT-IDENTICAL"),
+        "{s}"
+    );
+    // 4 requests x floor(60 / 7) periodic flushes.
+    assert!(s.contains("32 flushes over 240 row-steps"), "{s}");
+    assert!(s.contains("result: backend="), "{s}");
 }

@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads) decode_kernel(const rssm_
     skip = true;
   }
   if (skip) {  // null or untrusted row: zero outputs, nothing else
-    if (lane < ROWS && row_ok[lane]) o[lane] = from_float<Act>(0.0f);
+    if (lane < ROWS && row0 + lane < p.V) o[lane] = from_float<Act>(0.0f);  // (no dynamic index into row_ok: it would live on the stack)
     return;
   }
   const bool flush = m == L - 1 || (p.force_flush != nullptr && p.force_flush[b] != 0);
