@@ -3,9 +3,11 @@
 //! performance harness. On the CPU it tracks the emulator's own cost.
 use criterion::{criterion_group, criterion_main, Criterion};
 use replayssm::backend::Backend;
+use replayssm::config::{resolve, EngineFlags};
 use replayssm::ring::{RingShape, SpecRing};
-use replayssm::spec::{fold, verify, PoolRef};
+use replayssm::spec::{fold, verify};
 use replayssm::workload::{RecurrentData, WorkloadSpec};
+use replayssm::CheckpointPool;
 use replayssm::{ActBuffer, DType, HeadDims, RecurrentOutputs, Variant};
 
 fn bench(c: &mut Criterion) {
@@ -54,18 +56,17 @@ fn bench(c: &mut Criterion) {
                 replayssm::recurrent(backend, &data.inputs(), &mut out).expect("recurrent")
             })
         });
-        let mut ring = SpecRing::new(shape, true).expect("ring");
+        let cfg = resolve(&EngineFlags::spec_ring(shape.variant)).expect("spec configuration");
+        let mut pool = CheckpointPool::new(&cfg, shape.dims, shape.layers, shape.slots).expect("pool");
+        pool.state_mut().copy_from_slice(&data.state);
+        let mut ring = SpecRing::for_pool(&pool, shape.window, shape.dtype, true).expect("ring");
         c.bench_function(&format!("verify/{backend}/{tag}"), |b| {
             b.iter(|| {
-                let pool = PoolRef {
-                    shape,
-                    state: &data.state,
-                    layer: 0,
-                };
                 verify(
                     backend,
                     &data.inputs(),
                     &pool,
+                    0,
                     &mut o.dense_mut(n, dims.hv * dims.v),
                     Some(&mut ring),
                 )
@@ -73,7 +74,7 @@ fn bench(c: &mut Criterion) {
             })
         });
         c.bench_function(&format!("fold/{backend}/{tag}"), |b| {
-            b.iter(|| fold(backend, &mut state, &ring, &data.slots, &[4, 4, 4, 4], None).expect("fold"))
+            b.iter(|| fold(backend, &mut pool, &ring, &data.slots, &[4, 4, 4, 4], None).expect("fold"))
         });
     }
 }

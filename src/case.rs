@@ -7,12 +7,14 @@ use std::path::{Path, PathBuf};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use crate::backend::Backend;
+use crate::config::{resolve, EngineFlags};
 use crate::dtype::{bytes_of, ActBuffer, DType};
 use crate::numerics::{compare, Comparison, Tolerance};
+use crate::pool::CheckpointPool;
 use crate::problem::{HeadDims, Variant};
 use crate::recurrent::{recurrent, RecurrentOutputs};
-use crate::ring::{RingShape, SpecRing};
-use crate::spec::{fold, verify, PoolRef};
+use crate::ring::SpecRing;
+use crate::spec::{fold, verify};
 use crate::workload::{GateData, RecurrentData};
 
 pub const FORMAT: &str = "replayssm-case/1";
@@ -423,31 +425,23 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
                 .max()
                 .unwrap_or(1)
                 .max(1);
-            let shape = RingShape {
-                variant: case.data.variant,
-                dims: d,
-                dtype: case.data.dtype,
-                layers: 1,
-                slots: requests,
-                window,
-            };
-            let mut ring = SpecRing::new(shape, case.data.qk_l2norm).map_err(run_err)?;
-            let pool = PoolRef {
-                shape,
-                state: &case.data.state,
-                layer: 0,
-            };
+            let cfg = resolve(&EngineFlags::spec_ring(case.data.variant)).map_err(|e| run_err(e.into()))?;
+            let mut pool = CheckpointPool::new(&cfg, d, 1, requests).map_err(run_err)?;
+            pool.state_mut().copy_from_slice(&case.data.state);
+            let mut ring = SpecRing::for_pool(&pool, window, case.data.dtype, case.data.qk_l2norm).map_err(run_err)?;
             verify(
                 backend,
                 &case.data.inputs(),
                 &pool,
+                0,
                 &mut o.dense_mut(n, d.hv * d.v),
                 Some(&mut ring),
             )
             .map_err(run_err)?;
             if let Some(accept) = &case.accept {
-                fold(backend, &mut state, &ring, &case.data.slots, accept, None).map_err(run_err)?;
+                fold(backend, &mut pool, &ring, &case.data.slots, accept, None).map_err(run_err)?;
             }
+            state = pool.state().to_vec();
         }
         Op::Decode => {
             let l = case.cache_len.unwrap_or(1);

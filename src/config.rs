@@ -142,6 +142,26 @@ pub struct EngineFlags {
     pub linear_attn_kind: Variant,
 }
 
+impl EngineFlags {
+    /// `--enable-linear-replayssm-spec --linear-attn-kind <kind>` (local pool, linear chain).
+    pub fn spec_ring(kind: Variant) -> Self {
+        EngineFlags {
+            enable_linear_replayssm_spec: true,
+            linear_attn_kind: kind,
+            ..EngineFlags::default()
+        }
+    }
+    /// `--enable-linear-replayssm --linear-replayssm-cache-len <l> --linear-attn-kind <kind>`.
+    pub fn buffered_decode(kind: Variant, cache_len: i64) -> Self {
+        EngineFlags {
+            enable_linear_replayssm: true,
+            linear_replayssm_cache_len: Some(cache_len),
+            linear_attn_kind: kind,
+            ..EngineFlags::default()
+        }
+    }
+}
+
 impl Default for EngineFlags {
     fn default() -> Self {
         EngineFlags {

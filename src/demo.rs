@@ -8,14 +8,16 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::Backend;
+use crate::config::{resolve, EngineFlags};
 use crate::dtype::{ActBuffer, DType};
 use crate::error::Result;
 use crate::numerics::{compare, Tolerance};
+use crate::pool::CheckpointPool;
 use crate::problem::{HeadDims, Variant};
 use crate::recurrent::{recurrent, RecurrentOutputs};
 use crate::reference;
 use crate::ring::{RingShape, SpecRing};
-use crate::spec::{fold, verify, PoolRef};
+use crate::spec::{fold, verify};
 use crate::workload::{RecurrentData, WorkloadSpec};
 
 /// Bytes of one ring record per slot and position (SPEC §8): `E = HV·V·2 + H·K·2 + HV·8`.
@@ -147,9 +149,13 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
     );
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let slots: Vec<i32> = vec![4, 0, 5, 2];
-    let mut pool_rs: Vec<f32> = (0..shape.pool_elems()).map(|_| rng.gen_range(-0.5f32..0.5)).collect();
-    let mut pool_base = pool_rs.clone();
-    let mut ring = SpecRing::new(shape, true)?;
+    let cfg = resolve(&EngineFlags::spec_ring(Variant::Gdn))?;
+    let mut pool_rs = CheckpointPool::new(&cfg, dims, layers, shape.slots)?;
+    for x in pool_rs.state_mut() {
+        *x = rng.gen_range(-0.5f32..0.5);
+    }
+    let mut pool_base = pool_rs.state().to_vec();
+    let mut ring = SpecRing::for_pool(&pool_rs, t, dtype, true)?;
     let per_slot = dims.state_elems();
     let (mut max_diff, mut identical, mut accepted_total) = (0f64, true, 0usize);
     let (mut t_rs, mut t_base) = (Duration::ZERO, Duration::ZERO);
@@ -179,11 +185,8 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
             verify(
                 backend,
                 &w.inputs(),
-                &PoolRef {
-                    shape,
-                    state: &pool_rs,
-                    layer,
-                },
+                &pool_rs,
+                layer,
                 &mut o_rs.dense_mut(n, dims.hv * dims.v),
                 Some(&mut ring),
             )?;
@@ -218,7 +221,11 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         let t0 = Instant::now();
         fold(backend, &mut pool_rs, &ring, &slots, &accept, None)?;
         t_rs += t0.elapsed();
-        identical &= pool_rs.iter().zip(&pool_base).all(|(x, y)| x.to_bits() == y.to_bits());
+        identical &= pool_rs
+            .state()
+            .iter()
+            .zip(&pool_base)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
     }
     println!(
         "    largest |output difference| ReplaySSM vs baseline: {max_diff:.3e} (bf16 outputs: the chunked form rounds differently)"

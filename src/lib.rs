@@ -40,4 +40,4 @@ pub use pool::{CheckpointPool, PoolShape};
 pub use problem::{Gate, HeadDims, Variant};
 pub use recurrent::{recurrent, RecurrentInputs, RecurrentOutputs, RecurrentPlan};
 pub use ring::{RingShape, SpecRing};
-pub use spec::{fold, replay, track_step, verify, PoolRef, Track};
+pub use spec::{fold, replay, track_step, verify, Track};

@@ -7,10 +7,12 @@
 //! `fold.cu`, `replay.cu`. Tests: `tests/spec.rs`.
 
 use crate::backend::Backend;
+use crate::config::{GateError, Mode};
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::launch::{check_error_word, check_status, launch, Memory};
+use crate::pool::CheckpointPool;
 use crate::problem::check_slots;
 use crate::recurrent::{check_kernel_head_dim, stage_output_view, stage_tokens, validate_tokens, RecurrentInputs};
 use crate::reference;
@@ -18,14 +20,6 @@ use crate::ring::{RingShape, SpecRing};
 
 /// Longest verify window the V kernel is compiled for (`RSSM_MAX_VERIFY_WINDOW`).
 pub const MAX_VERIFY_WINDOW: usize = ffi::RSSM_MAX_VERIFY_WINDOW as usize;
-
-/// Where a verify reads its checkpoints: the pool `[NL, NS, HV, V, K]` and which layer.
-#[derive(Clone, Copy, Debug)]
-pub struct PoolRef<'a> {
-    pub shape: RingShape,
-    pub state: &'a [f32],
-    pub layer: usize,
-}
 
 /// What a verify produced, as validation derived it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,31 +29,26 @@ pub struct VerifyPlan {
     pub max_seqlen: usize,
 }
 
-fn check_pool_len(shape: &RingShape, len: usize) -> Result<()> {
-    if len != shape.pool_elems() {
-        return Err(Error::Shape {
-            tensor: "state",
-            expected: format!(
-                "[NL={}, NS={}, HV={}, V={}, K={}] = {} elements",
-                shape.layers,
-                shape.slots,
-                shape.dims.hv,
-                shape.dims.v,
-                shape.dims.k,
-                shape.pool_elems()
-            ),
-            got: format!("{len} elements"),
-        });
+/// The pool must serve the spec ring (SPEC §5 P1).
+fn check_spec_pool(pool: &CheckpointPool) -> Result<()> {
+    match pool.mode() {
+        Mode::Spec => Ok(()),
+        Mode::Off => Err(GateError::SpecRingWithoutSpec { mode: "off" }.into()),
+        Mode::Buffered { .. } => Err(GateError::SpecRingWithoutSpec {
+            mode: "buffered decode",
+        }
+        .into()),
     }
-    Ok(())
 }
 
-fn check_ring_matches(ring: &SpecRing, shape: &RingShape) -> Result<()> {
+/// The ring must have been built for this pool's geometry (variant, head dims, layers, slots).
+fn check_ring_matches(ring: &SpecRing, pool: &CheckpointPool) -> Result<()> {
     ring.check()?;
-    if ring.shape != *shape {
+    let (r, p) = (ring.shape, pool.shape());
+    if r.variant != p.variant || r.dims != p.dims || r.layers != p.layers || r.slots != p.slots {
         return Err(Error::InvalidValue {
             what: "spec ring",
-            why: format!("ring shape {:?} does not match the pool's {shape:?}", ring.shape),
+            why: format!("ring shape {r:?} does not match the pool's {p:?}"),
         });
     }
     Ok(())
@@ -69,32 +58,27 @@ fn check_ring_matches(ring: &SpecRing, shape: &RingShape) -> Result<()> {
 pub fn validate_verify(
     backend: Backend,
     inp: &RecurrentInputs<'_>,
-    pool: &PoolRef<'_>,
+    pool: &CheckpointPool,
+    layer: usize,
     o: &ActViewMut<'_>,
     ring: Option<&SpecRing>,
 ) -> Result<VerifyPlan> {
     let (n, batch, max_seqlen) = validate_tokens(backend, inp, o)?;
-    let s = pool.shape;
-    s.validate()?;
-    if s.variant != inp.variant || s.dims != inp.dims || s.dtype != inp.q.dtype() {
+    check_spec_pool(pool)?;
+    let s = pool.shape();
+    if s.variant != inp.variant || s.dims != inp.dims {
         return Err(Error::InvalidValue {
             what: "pool shape",
             why: format!(
-                "pool is {} {:?} {}, inputs are {} {:?} {}",
-                s.variant,
-                s.dims,
-                s.dtype,
-                inp.variant,
-                inp.dims,
-                inp.q.dtype()
+                "pool is {} {:?}, inputs are {} {:?}",
+                s.variant, s.dims, inp.variant, inp.dims
             ),
         });
     }
-    check_pool_len(&s, pool.state.len())?;
-    if pool.layer >= s.layers {
+    if layer >= s.layers {
         return Err(Error::InvalidValue {
             what: "layer",
-            why: format!("layer {} of a pool of {} layers", pool.layer, s.layers),
+            why: format!("layer {layer} of a pool of {} layers", s.layers),
         });
     }
     if max_seqlen > MAX_VERIFY_WINDOW {
@@ -106,7 +90,14 @@ pub fn validate_verify(
         });
     }
     if let Some(r) = ring {
-        check_ring_matches(r, &s)?;
+        check_ring_matches(r, pool)?;
+        if r.shape.dtype != inp.q.dtype() {
+            return Err(Error::DType {
+                tensor: "spec ring",
+                expected: inp.q.dtype(),
+                got: r.shape.dtype,
+            });
+        }
         if r.l2norm != inp.qk_l2norm {
             return Err(Error::InvalidValue {
                 what: "spec ring",
@@ -116,12 +107,12 @@ pub fn validate_verify(
                 ),
             });
         }
-        if s.window < max_seqlen {
+        if r.shape.window < max_seqlen {
             return Err(Error::InvalidValue {
                 what: "ring window",
                 why: format!(
                     "W = {} is smaller than the largest draft window T = {max_seqlen} (SPEC §5 S1: W >= T)",
-                    s.window
+                    r.shape.window
                 ),
             });
         }
@@ -139,14 +130,15 @@ pub fn validate_verify(
 pub fn verify(
     backend: Backend,
     inp: &RecurrentInputs<'_>,
-    pool: &PoolRef<'_>,
+    pool: &CheckpointPool,
+    layer: usize,
     o: &mut ActViewMut<'_>,
     mut ring: Option<&mut SpecRing>,
 ) -> Result<VerifyPlan> {
-    let plan = validate_verify(backend, inp, pool, o, ring.as_deref())?;
+    let plan = validate_verify(backend, inp, pool, layer, o, ring.as_deref())?;
     match backend {
-        Backend::Reference => verify_reference(inp, pool, o, ring.as_deref_mut()),
-        Backend::Emulated | Backend::Cuda => verify_kernel(backend, inp, pool, &plan, o, ring)?,
+        Backend::Reference => verify_reference(inp, pool, layer, o, ring.as_deref_mut()),
+        Backend::Emulated | Backend::Cuda => verify_kernel(backend, inp, pool, layer, &plan, o, ring)?,
     }
     Ok(plan)
 }
@@ -154,13 +146,15 @@ pub fn verify(
 fn verify_kernel(
     backend: Backend,
     inp: &RecurrentInputs<'_>,
-    pool: &PoolRef<'_>,
+    pool: &CheckpointPool,
+    layer: usize,
     plan: &VerifyPlan,
     o: &mut ActViewMut<'_>,
     ring: Option<&mut SpecRing>,
 ) -> Result<()> {
     let d = inp.dims;
-    let s = pool.shape;
+    let s = pool.shape();
+    let window = ring.as_ref().map_or(1, |r| r.shape.window);
     let mut mem = Memory::for_backend(backend)?;
     let mut word = [0u32];
     let t = stage_tokens(&mut mem, inp)?;
@@ -190,7 +184,7 @@ fn verify_kernel(
         beta: t.beta,
         cu_seqlens: t.cu_seqlens,
         slots: t.slots,
-        state: mem.input(pool.state)?,
+        state: mem.input(pool.state())?,
         o: stage_output_view(&mut mem, o)?.cast(),
         ring_v,
         ring_k,
@@ -208,8 +202,8 @@ fn verify_kernel(
         max_seqlen: plan.max_seqlen as i32,
         num_slots: s.slots as i32,
         num_layers: s.layers as i32,
-        layer: pool.layer as i32,
-        window: s.window as i32,
+        layer: layer as i32,
+        window: window as i32,
         H: d.h as i32,
         HV: d.hv as i32,
         K: d.k as i32,
@@ -229,13 +223,14 @@ fn verify_kernel(
 /// The Reference verify: the f32 recurrence from the checkpoint (outputs), raw ring records.
 fn verify_reference(
     inp: &RecurrentInputs<'_>,
-    pool: &PoolRef<'_>,
+    pool: &CheckpointPool,
+    layer: usize,
     o: &mut ActViewMut<'_>,
     ring: Option<&mut SpecRing>,
 ) {
     let d = inp.dims;
-    let s = pool.shape;
-    let layer_pool = &pool.state[s.pool_offset(pool.layer, 0)..s.pool_offset(pool.layer + 1, 0)];
+    let p = pool.shape();
+    let layer_pool = &pool.state()[p.offset(layer, 0)..p.offset(layer + 1, 0)];
     let res = reference::recurrent::<f32>(inp, layer_pool);
     let row = d.hv * d.v;
     for tok in 0..inp.q.tokens {
@@ -244,6 +239,7 @@ fn verify_reference(
         }
     }
     let Some(ring) = ring else { return };
+    let s = ring.shape;
     let gw = d.gate_width(inp.variant);
     for (r, &slot) in inp.slots.iter().enumerate() {
         if slot < 0 {
@@ -255,20 +251,20 @@ fn verify_reference(
         for t in 0..len {
             let tok = bos + t;
             for h in 0..d.h {
-                let base = s.k_index(pool.layer, slot, h, t);
+                let base = s.k_index(layer, slot, h, t);
                 for j in 0..d.k {
                     ring.k.set(base + j, inp.k.at(tok, h * d.k + j));
                 }
             }
             for hv in 0..d.hv {
-                let base = s.v_index(pool.layer, slot, hv, t);
+                let base = s.v_index(layer, slot, hv, t);
                 for j in 0..d.v {
                     ring.v.set(base + j, inp.v.at(tok, hv * d.v + j));
                 }
                 let (g, beta) = reference::gate_at::<f32>(&inp.gate, inp.variant, &d, tok, hv);
-                let gi = s.g_index(pool.layer, slot, hv, t);
+                let gi = s.g_index(layer, slot, hv, t);
                 ring.g[gi..gi + gw].copy_from_slice(&g);
-                ring.beta[s.beta_index(pool.layer, slot, hv, t)] = beta;
+                ring.beta[s.beta_index(layer, slot, hv, t)] = beta;
             }
         }
     }
@@ -379,15 +375,16 @@ fn check_fold_args(
 /// live request into its checkpoint, in every layer, in one launch.
 pub fn fold(
     backend: Backend,
-    state: &mut [f32],
+    pool: &mut CheckpointPool,
     ring: &SpecRing,
     slots: &[i32],
     accept_lens: &[i32],
     track: Option<Track<'_>>,
 ) -> Result<()> {
     let s = ring.shape;
-    ring.check()?;
-    check_pool_len(&s, state.len())?;
+    check_spec_pool(pool)?;
+    check_ring_matches(ring, pool)?;
+    let state = pool.state_mut();
     check_kernel_head_dim(backend, s.dims.k)?;
     check_fold_args(&s, slots, accept_lens, "accept_lens", track.as_ref())?;
     if slots.len() * s.layers > 65535 {
@@ -448,15 +445,16 @@ pub fn fold(
 /// checkpoint, in place.
 pub fn replay(
     backend: Backend,
-    state: &mut [f32],
+    pool: &mut CheckpointPool,
     ring: &SpecRing,
     layer: usize,
     slots: &[i32],
     counts: &[i32],
 ) -> Result<()> {
     let s = ring.shape;
-    ring.check()?;
-    check_pool_len(&s, state.len())?;
+    check_spec_pool(pool)?;
+    check_ring_matches(ring, pool)?;
+    let state = pool.state_mut();
     if layer >= s.layers {
         return Err(Error::InvalidValue {
             what: "layer",

@@ -120,7 +120,6 @@ fn cuda_verify_matches_f64_and_writes_the_same_ring_as_the_emulator() {
     use replayssm::numerics::compare;
     use replayssm::reference;
     use replayssm::ring::SpecRing;
-    use replayssm::spec::PoolRef;
     if !gpu_available("cuda_verify_matches_f64_and_writes_the_same_ring_as_the_emulator") {
         return;
     }
@@ -153,24 +152,19 @@ fn cuda_verify_matches_f64_and_writes_the_same_ring_as_the_emulator() {
                     s.null_requests = vec![1];
                     let data = RecurrentData::random(&s, seed);
                     let (shape, pool) = pool_for(&data, 2, t + 1, seed);
-                    let pref = PoolRef {
-                        shape,
-                        state: &pool,
-                        layer: 1,
-                    };
-                    let layer_pool = &pool[shape.pool_offset(1, 0)..shape.pool_offset(2, 0)];
+                    let layer_pool = &pool.state()[shape.pool_offset(1, 0)..shape.pool_offset(2, 0)];
                     let f64ref = reference::recurrent::<f64>(&data.inputs(), layer_pool);
                     let mut ring_gpu = SpecRing::new(shape, true).unwrap();
                     let mut ring_emu = SpecRing::new(shape, true).unwrap();
-                    let o = run_verify(Backend::Cuda, &data, &pref, Some(&mut ring_gpu)).unwrap();
-                    run_verify(Backend::Emulated, &data, &pref, Some(&mut ring_emu)).unwrap();
+                    let o = run_verify(Backend::Cuda, &data, &pool, 1, Some(&mut ring_gpu)).unwrap();
+                    run_verify(Backend::Emulated, &data, &pool, 1, Some(&mut ring_emu)).unwrap();
                     let c = compare(&o.to_f32(), &f64ref.o, output_tolerance(dtype));
                     let what = format!("{variant} {dtype} {dims:?} T={t}");
                     println!("{what}: cuda verify {c}");
                     assert!(c.passed(), "{what}: {c}");
                     assert_eq!(ring_gpu.k, ring_emu.k, "{what}: raw k in the ring");
                     assert_eq!(ring_gpu.v, ring_emu.v, "{what}: raw v in the ring");
-                    let again = run_verify(Backend::Cuda, &data, &pref, None).unwrap();
+                    let again = run_verify(Backend::Cuda, &data, &pool, 1, None).unwrap();
                     assert_eq!(o, again, "{what}: ring writing changed the outputs");
                 }
             }

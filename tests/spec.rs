@@ -3,17 +3,18 @@
 //! over long chains of commits; track snapshots; every S1 rejection.
 mod common;
 
-use common::spec_chain::{chain, pool_for, rng, run_verify};
+use common::spec_chain::{chain, pool_for, rng, run_verify, spec_pool};
 
 use common::*;
 use rand::Rng;
 use replayssm::backend::Backend;
+use replayssm::config::{resolve, EngineFlags};
 use replayssm::numerics::compare;
 use replayssm::reference;
 use replayssm::ring::{RingShape, SpecRing};
-use replayssm::spec::{fold, replay, track_step, PoolRef, Track};
+use replayssm::spec::{fold, replay, track_step, Track};
 use replayssm::workload::RecurrentData;
-use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
+use replayssm::{ActBuffer, CheckpointPool, DType, Error, HeadDims, RecurrentOutputs, Variant};
 
 #[test]
 fn verify_matches_f64_reference_for_every_window_length() {
@@ -48,20 +49,15 @@ fn verify_matches_f64_reference_for_every_window_length() {
                 s.raw_gate = t % 4 != 2;
                 let data = RecurrentData::random(&s, seed);
                 let (shape, pool) = pool_for(&data, 2, t + 1, seed);
-                let pool_copy = pool.clone();
-                let pref = PoolRef {
-                    shape,
-                    state: &pool,
-                    layer: 1,
-                };
-                let layer_pool = &pool[shape.pool_offset(1, 0)..shape.pool_offset(2, 0)];
+                let pool_copy = pool.state().to_vec();
+                let layer_pool = &pool.state()[shape.pool_offset(1, 0)..shape.pool_offset(2, 0)];
                 let f64ref = reference::recurrent::<f64>(&data.inputs(), layer_pool);
                 let naive = reference::recurrent::<f32>(&data.inputs(), layer_pool);
                 let tol = output_tolerance(dtype);
                 let naive_o: Vec<f32> = naive.o.iter().map(|&x| dtype.round(x)).collect();
                 let naive_err = compare(&naive_o, &f64ref.o, tol);
                 let mut ring = SpecRing::new(shape, data.qk_l2norm).unwrap();
-                let o = run_verify(Backend::Emulated, &data, &pref, Some(&mut ring)).unwrap();
+                let o = run_verify(Backend::Emulated, &data, &pool, 1, Some(&mut ring)).unwrap();
                 let c = compare(&o.to_f32(), &f64ref.o, tol);
                 let what = format!("{variant} {dtype} {dims:?} T={t} raw_gate={} seed {seed}", s.raw_gate);
                 println!("{what}: verify {c} | naive {:.2e}", naive_err.max_abs_err);
@@ -73,12 +69,12 @@ fn verify_matches_f64_reference_for_every_window_length() {
                     naive_err.max_abs_err
                 );
                 // Ring writing does not change the outputs (bit-equal without a ring).
-                let again = run_verify(Backend::Emulated, &data, &pref, None).unwrap();
+                let again = run_verify(Backend::Emulated, &data, &pool, 1, None).unwrap();
                 assert_eq!(o, again, "{what}: ring writing changed the outputs");
                 check_ring(&data, &shape, &ring, 1);
                 // The checkpoint is read only: the kernel got a pointer to it, so check the bits.
                 assert!(
-                    bits_equal(&pool, &pool_copy).is_ok(),
+                    bits_equal(pool.state(), &pool_copy).is_ok(),
                     "{what}: verify changed the checkpoint pool"
                 );
                 // And V agrees with R (same backend) within the output tolerance.
@@ -173,14 +169,9 @@ fn verify_null_slots_get_zero_outputs_and_reference_backend_agrees() {
     s.null_requests = vec![0, 2];
     let data = RecurrentData::random(&s, 41);
     let (shape, pool) = pool_for(&data, 1, 4, 41);
-    let pref = PoolRef {
-        shape,
-        state: &pool,
-        layer: 0,
-    };
     for backend in [Backend::Emulated, Backend::Reference] {
         let mut ring = SpecRing::new(shape, true).unwrap();
-        let o = run_verify(backend, &data, &pref, Some(&mut ring)).unwrap();
+        let o = run_verify(backend, &data, &pool, 0, Some(&mut ring)).unwrap();
         for tok in (0..4).chain(7..11) {
             for i in 0..dims.hv * dims.v {
                 assert_eq!(
@@ -306,7 +297,7 @@ fn track_step_matches_a_brute_force_count() {
     assert_eq!(track_step(10, 5, 0), None);
 }
 
-fn small() -> (RecurrentData, RingShape, Vec<f32>, SpecRing) {
+fn small() -> (RecurrentData, RingShape, CheckpointPool, SpecRing) {
     let dims = HeadDims {
         h: 1,
         hv: 2,
@@ -323,26 +314,10 @@ fn small() -> (RecurrentData, RingShape, Vec<f32>, SpecRing) {
 fn every_s1_rejection_is_a_typed_error_before_launch() {
     for backend in [Backend::Emulated, Backend::Reference] {
         let (data, shape, pool, mut ring) = small();
-        let pref = PoolRef {
-            shape,
-            state: &pool,
-            layer: 0,
-        };
         // W < T.
         let short = RingShape { window: 3, ..shape };
         let mut short_ring = SpecRing::new(short, true).unwrap();
-        let short_pool = vec![0.0f32; short.pool_elems()];
-        let e = run_verify(
-            backend,
-            &data,
-            &PoolRef {
-                shape: short,
-                state: &short_pool,
-                layer: 0,
-            },
-            Some(&mut short_ring),
-        )
-        .unwrap_err();
+        let e = run_verify(backend, &data, &pool, 0, Some(&mut short_ring)).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -356,17 +331,8 @@ fn every_s1_rejection_is_a_typed_error_before_launch() {
         // Windows longer than the kernel's maximum.
         let long = RecurrentData::random(&spec(Variant::Gdn, shape.dims, DType::F32, &[17, 1]), 9);
         let (lshape, lpool) = pool_for(&long, 1, 17, 9);
-        let e = run_verify(
-            backend,
-            &long,
-            &PoolRef {
-                shape: lshape,
-                state: &lpool,
-                layer: 0,
-            },
-            None,
-        )
-        .unwrap_err();
+        let _ = lshape;
+        let e = run_verify(backend, &long, &lpool, 0, None).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -377,33 +343,36 @@ fn every_s1_rejection_is_a_typed_error_before_launch() {
             ),
             "{e}"
         );
-        // Layer out of range; pool of the wrong size; ring of another shape; l2norm mismatch.
-        let e = run_verify(backend, &data, &PoolRef { layer: 2, ..pref }, None).unwrap_err();
+        // Layer out of range; a pool not resolved for the spec ring; ring of another shape or
+        // dtype; l2norm mismatch.
+        let e = run_verify(backend, &data, &pool, 2, None).unwrap_err();
         assert!(matches!(e, Error::InvalidValue { what: "layer", .. }), "{e}");
-        let e = run_verify(
-            backend,
-            &data,
-            &PoolRef {
-                state: &pool[1..],
-                ..pref
+        let off = CheckpointPool::new(&resolve(&EngineFlags::default()).unwrap(), shape.dims, 2, shape.slots).unwrap();
+        let e = run_verify(backend, &data, &off, 0, Some(&mut ring)).unwrap_err();
+        assert!(matches!(e, Error::Gate(ref g) if g.rule() == "P1"), "{e}");
+        let mut wrong_dtype = SpecRing::new(
+            RingShape {
+                dtype: DType::BF16,
+                ..shape
             },
-            None,
+            true,
         )
-        .unwrap_err();
-        assert!(matches!(e, Error::Shape { tensor: "state", .. }), "{e}");
+        .unwrap();
+        let e = run_verify(backend, &data, &pool, 0, Some(&mut wrong_dtype)).unwrap_err();
+        assert!(matches!(e, Error::DType { .. }), "{e}");
         let mut other = SpecRing::new(RingShape { layers: 3, ..shape }, true).unwrap();
-        let e = run_verify(backend, &data, &pref, Some(&mut other)).unwrap_err();
+        let e = run_verify(backend, &data, &pool, 0, Some(&mut other)).unwrap_err();
         assert!(matches!(e, Error::InvalidValue { what: "spec ring", .. }), "{e}");
         let mut unnorm = SpecRing::new(shape, false).unwrap();
-        let e = run_verify(backend, &data, &pref, Some(&mut unnorm)).unwrap_err();
+        let e = run_verify(backend, &data, &pool, 0, Some(&mut unnorm)).unwrap_err();
         assert!(matches!(e, Error::InvalidValue { what: "spec ring", .. }), "{e}");
         // Slots: out of range and duplicates.
         let mut bad = data.clone();
         bad.slots = vec![0, shape.slots as i32];
-        let e = run_verify(backend, &bad, &pref, Some(&mut ring)).unwrap_err();
+        let e = run_verify(backend, &bad, &pool, 0, Some(&mut ring)).unwrap_err();
         assert!(matches!(e, Error::SlotOutOfRange { .. }), "{e}");
         bad.slots = vec![1, 1];
-        let e = run_verify(backend, &bad, &pref, Some(&mut ring)).unwrap_err();
+        let e = run_verify(backend, &bad, &pool, 0, Some(&mut ring)).unwrap_err();
         assert!(matches!(e, Error::DuplicateSlot { .. }), "{e}");
         assert!(
             ring.v.to_f32().iter().all(|x| x.is_nan()),
@@ -411,9 +380,9 @@ fn every_s1_rejection_is_a_typed_error_before_launch() {
         );
 
         // Fold and replay.
-        run_verify(backend, &data, &pref, Some(&mut ring)).unwrap();
-        let mut p = pool.clone();
-        let before = p.clone();
+        run_verify(backend, &data, &pool, 0, Some(&mut ring)).unwrap();
+        let mut p = spec_pool(&shape, pool.state());
+        let before = p.state().to_vec();
         type Case = (Vec<i32>, Vec<i32>, Option<(Vec<i32>, Vec<i32>)>, &'static str);
         let cases: Vec<Case> = vec![
             (vec![0, 9], vec![1, 1], None, "slot out of range"),
@@ -458,13 +427,18 @@ fn every_s1_rejection_is_a_typed_error_before_launch() {
             }
         }
         assert!(
-            bits_equal(&p, &before).is_ok(),
+            bits_equal(p.state(), &before).is_ok(),
             "{backend}: a refused fold or replay changed the pool"
         );
         let e = replay(backend, &mut p, &ring, 2, &[0, 1], &[1, 1]).unwrap_err();
         assert!(matches!(e, Error::InvalidValue { what: "layer", .. }), "{e}");
-        let e = fold(backend, &mut p[1..], &ring, &[0, 1], &[1, 1], None).unwrap_err();
-        assert!(matches!(e, Error::Shape { tensor: "state", .. }), "{e}");
+        let other_pool = RingShape {
+            slots: shape.slots + 1,
+            ..shape
+        };
+        let mut q = spec_pool(&other_pool, &vec![0.0; other_pool.pool_elems()]);
+        let e = fold(backend, &mut q, &ring, &[0, 1], &[1, 1], None).unwrap_err();
+        assert!(matches!(e, Error::InvalidValue { what: "spec ring", .. }), "{e}");
     }
 }
 
@@ -472,32 +446,12 @@ fn every_s1_rejection_is_a_typed_error_before_launch() {
 fn fold_of_a_garbage_device_slot_is_skipped_and_stays_inside_the_pool() {
     use replayssm::ffi;
     let (data, shape, pool, mut ring) = small();
-    run_verify(
-        Backend::Emulated,
-        &data,
-        &PoolRef {
-            shape,
-            state: &pool,
-            layer: 0,
-        },
-        Some(&mut ring),
-    )
-    .unwrap();
-    run_verify(
-        Backend::Emulated,
-        &data,
-        &PoolRef {
-            shape,
-            state: &pool,
-            layer: 1,
-        },
-        Some(&mut ring),
-    )
-    .unwrap();
+    run_verify(Backend::Emulated, &data, &pool, 0, Some(&mut ring)).unwrap();
+    run_verify(Backend::Emulated, &data, &pool, 1, Some(&mut ring)).unwrap();
     // The pool sits between two guard regions of known bits.
     let guard = 4096;
     let mut buf = vec![f32::from_bits(0x7fc0_dead); guard];
-    buf.extend_from_slice(&pool);
+    buf.extend_from_slice(pool.state());
     buf.extend(std::iter::repeat_n(f32::from_bits(0x7fc0_beef), guard));
     for (slots, lens, tslots, tsteps, bit) in [
         (
@@ -547,7 +501,9 @@ fn fold_of_a_garbage_device_slot_is_skipped_and_stays_inside_the_pool() {
             "write before the pool"
         );
         assert!(
-            b[guard + pool.len()..].iter().all(|x| x.to_bits() == 0x7fc0_beef),
+            b[guard + pool.state().len()..]
+                .iter()
+                .all(|x| x.to_bits() == 0x7fc0_beef),
             "write after the pool"
         );
         // Request 0 was folded; the skipped request's slot 1 is untouched.
@@ -556,13 +512,13 @@ fn fold_of_a_garbage_device_slot_is_skipped_and_stays_inside_the_pool() {
             let s1 = shape.pool_offset(l, 1);
             if bit != ffi::RSSM_DEVERR_TRACK_SLOT {
                 assert!(
-                    bits_equal(&b[guard + s1..guard + s1 + per], &pool[s1..s1 + per]).is_ok(),
+                    bits_equal(&b[guard + s1..guard + s1 + per], &pool.state()[s1..s1 + per]).is_ok(),
                     "skipped slot changed"
                 );
             }
             let s0 = shape.pool_offset(l, 0);
             assert!(
-                bits_equal(&b[guard + s0..guard + s0 + per], &pool[s0..s0 + per]).is_err(),
+                bits_equal(&b[guard + s0..guard + s0 + per], &pool.state()[s0..s0 + per]).is_err(),
                 "request 0 not folded"
             );
         }
@@ -606,7 +562,7 @@ fn verify_of_a_garbage_device_slot_is_skipped_and_writes_no_ring_outside_its_buf
         dt_bias: dt_bias.as_ptr(),
         cu_seqlens: data.cu_seqlens.as_ptr(),
         slots: slots.as_ptr(),
-        state: pool.as_ptr(),
+        state: pool.state().as_ptr(),
         o: o.as_mut_ptr().cast(),
         ring_v: rv[guard..].as_mut_ptr().cast(),
         ring_k: rk[guard..].as_mut_ptr().cast(),

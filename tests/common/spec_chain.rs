@@ -2,10 +2,11 @@
 
 use rand::{Rng, SeedableRng};
 use replayssm::backend::Backend;
+use replayssm::config::{resolve, EngineFlags};
 use replayssm::ring::{RingShape, SpecRing};
-use replayssm::spec::{fold, replay, verify, PoolRef, Track};
+use replayssm::spec::{fold, replay, verify, Track};
 use replayssm::workload::RecurrentData;
-use replayssm::{ActBuffer, DType, HeadDims, RecurrentOutputs, Variant};
+use replayssm::{ActBuffer, CheckpointPool, DType, HeadDims, RecurrentOutputs, Variant};
 
 use super::{bits_equal, prefix, spec};
 
@@ -13,8 +14,17 @@ pub fn rng(seed: u64) -> rand_chacha::ChaCha8Rng {
     rand_chacha::ChaCha8Rng::seed_from_u64(seed)
 }
 
+/// A spec-ring pool of `shape`'s geometry (resolved from `--enable-linear-replayssm-spec`)
+/// holding `state`.
+pub fn spec_pool(shape: &RingShape, state: &[f32]) -> CheckpointPool {
+    let cfg = resolve(&EngineFlags::spec_ring(shape.variant)).unwrap();
+    let mut pool = CheckpointPool::new(&cfg, shape.dims, shape.layers, shape.slots).unwrap();
+    pool.state_mut().copy_from_slice(state);
+    pool
+}
+
 /// A pool of `layers` layers with the workload's slots, filled with random checkpoints.
-pub fn pool_for(data: &RecurrentData, layers: usize, window: usize, seed: u64) -> (RingShape, Vec<f32>) {
+pub fn pool_for(data: &RecurrentData, layers: usize, window: usize, seed: u64) -> (RingShape, CheckpointPool) {
     let slots = data.state.len() / data.dims.state_elems();
     let shape = RingShape {
         variant: data.variant,
@@ -25,20 +35,28 @@ pub fn pool_for(data: &RecurrentData, layers: usize, window: usize, seed: u64) -
         window,
     };
     let mut r = rng(seed);
-    let pool = (0..shape.pool_elems()).map(|_| r.gen_range(-0.5f32..0.5)).collect();
-    (shape, pool)
+    let state: Vec<f32> = (0..shape.pool_elems()).map(|_| r.gen_range(-0.5f32..0.5)).collect();
+    (shape, spec_pool(&shape, &state))
 }
 
 pub fn run_verify(
     backend: Backend,
     data: &RecurrentData,
-    pool: &PoolRef<'_>,
+    pool: &CheckpointPool,
+    layer: usize,
     ring: Option<&mut SpecRing>,
 ) -> replayssm::Result<ActBuffer> {
     let d = data.dims;
     let n = data.num_tokens();
     let mut o = ActBuffer::nan(data.dtype, n * d.hv * d.v);
-    verify(backend, &data.inputs(), pool, &mut o.dense_mut(n, d.hv * d.v), ring)?;
+    verify(
+        backend,
+        &data.inputs(),
+        pool,
+        layer,
+        &mut o.dense_mut(n, d.hv * d.v),
+        ring,
+    )?;
     Ok(o)
 }
 
@@ -69,9 +87,10 @@ pub fn chain(
         slots: num_slots,
         window,
     };
-    let mut pool_f: Vec<f32> = (0..shape.pool_elems()).map(|_| r.gen_range(-0.5f32..0.5)).collect();
-    let mut pool_p = pool_f.clone();
-    let mut pool_r = pool_f.clone();
+    let start: Vec<f32> = (0..shape.pool_elems()).map(|_| r.gen_range(-0.5f32..0.5)).collect();
+    let mut pool_f = spec_pool(&shape, &start);
+    let mut pool_p = spec_pool(&shape, &start);
+    let mut pool_r = start;
     let mut ring = SpecRing::new(shape, true).unwrap();
     let per_slot = dims.state_elems();
     let mut total_accepted = 0usize;
@@ -87,12 +106,7 @@ pub fn chain(
             })
             .collect();
         for (l, w) in windows.iter().enumerate() {
-            let pref = PoolRef {
-                shape,
-                state: &pool_f,
-                layer: l,
-            };
-            run_verify(backend, w, &pref, Some(&mut ring)).unwrap();
+            run_verify(backend, w, &pool_f, l, Some(&mut ring)).unwrap();
         }
         // Accept lengths include 0 and W; track a random step of some requests.
         let accept: Vec<i32> = (0..batch)
@@ -158,7 +172,7 @@ pub fn chain(
             for b in 0..batch {
                 if track_slots[b] >= 0 {
                     let ts = track_slots[b] as usize;
-                    let got = &pool_f[shape.pool_offset(l, ts)..shape.pool_offset(l, ts) + per_slot];
+                    let got = &pool_f.state()[shape.pool_offset(l, ts)..shape.pool_offset(l, ts) + per_slot];
                     let at = (b * tmax + track_steps[b] as usize) * per_slot;
                     if let Err(e) = bits_equal(got, &snaps[at..at + per_slot]) {
                         panic!("{backend} {variant} {dtype} commit {step} layer {l} request {b}: track snapshot != R's state after step {}: {e}", track_steps[b]);
@@ -170,17 +184,17 @@ pub fn chain(
         for l in 0..layers {
             for &slot in live_slots {
                 let range = shape.pool_offset(l, slot as usize)..shape.pool_offset(l, slot as usize) + per_slot;
-                if let Err(e) = bits_equal(&pool_f[range.clone()], &pool_r[range.clone()]) {
+                if let Err(e) = bits_equal(&pool_f.state()[range.clone()], &pool_r[range.clone()]) {
                     panic!("{backend} {variant} {dtype} commit {step} layer {l} slot {slot}: fold != recurrent: {e}");
                 }
-                if let Err(e) = bits_equal(&pool_p[range.clone()], &pool_r[range]) {
+                if let Err(e) = bits_equal(&pool_p.state()[range.clone()], &pool_r[range]) {
                     panic!("{backend} {variant} {dtype} commit {step} layer {l} slot {slot}: replay != recurrent: {e}");
                 }
             }
         }
         let unused = shape.pool_offset(layers - 1, 6)..shape.pool_offset(layers - 1, 6) + per_slot;
         assert!(
-            bits_equal(&pool_f[unused.clone()], &pool_r[unused]).is_ok(),
+            bits_equal(&pool_f.state()[unused.clone()], &pool_r[unused]).is_ok(),
             "untouched slot changed"
         );
     }
