@@ -318,26 +318,6 @@ impl DecodeRing {
     }
 }
 
-fn check_inputs(backend: Backend, inp: &DecodeInputs<'_>, pool: &CheckpointPool, layer: usize) -> Result<()> {
-    let s = pool.shape();
-    if inp.variant != s.variant || inp.dims != s.dims {
-        return Err(Error::InvalidValue {
-            what: "decode inputs",
-            why: format!(
-                "inputs are {} {:?}, the pool is {} {:?}",
-                inp.variant, inp.dims, s.variant, s.dims
-            ),
-        });
-    }
-    if layer >= s.layers {
-        return Err(Error::InvalidValue {
-            what: "layer",
-            why: format!("layer {layer} of a pool of {} layers", s.layers),
-        });
-    }
-    check_kernel_head_dim(backend, s.dims.k)
-}
-
 /// Kernel D for layer `layer`: each live row's output from its checkpoint and pending records;
 /// on flush rows the checkpoint is written, on the others record `m` is appended.
 pub fn decode(
@@ -351,7 +331,8 @@ pub fn decode(
 ) -> Result<()> {
     ring.check_pool(pool)?;
     ring.check_step(step)?;
-    check_inputs(backend, inp, pool, layer)?;
+    pool.check_inputs(inp.variant, &inp.dims, layer)?;
+    check_kernel_head_dim(backend, inp.dims.k)?;
     let batch = step.batch();
     let cu: Vec<i32> = (0..=batch as i32).collect();
     let rinp = RecurrentInputs {

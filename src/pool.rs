@@ -110,6 +110,25 @@ impl CheckpointPool {
         &mut self.state
     }
 
+    /// Checks that a launch's inputs have this pool's layer kind and head dims and that `layer`
+    /// exists (shared by every kernel wrapper that reads the pool).
+    pub(crate) fn check_inputs(&self, variant: Variant, dims: &HeadDims, layer: usize) -> Result<()> {
+        let s = self.shape;
+        if variant != s.variant || *dims != s.dims {
+            return Err(Error::InvalidValue {
+                what: "pool shape",
+                why: format!("pool is {} {:?}, inputs are {variant} {dims:?}", s.variant, s.dims),
+            });
+        }
+        if layer >= s.layers {
+            return Err(Error::InvalidValue {
+                what: "layer",
+                why: format!("layer {layer} of a pool of {} layers", s.layers),
+            });
+        }
+        Ok(())
+    }
+
     fn check_index(&self, layer: usize, slot: usize) -> Result<()> {
         if layer >= self.shape.layers || slot >= self.shape.slots {
             return Err(Error::InvalidValue {

@@ -65,22 +65,7 @@ pub fn validate_verify(
 ) -> Result<VerifyPlan> {
     let (n, batch, max_seqlen) = validate_tokens(backend, inp, o)?;
     check_spec_pool(pool)?;
-    let s = pool.shape();
-    if s.variant != inp.variant || s.dims != inp.dims {
-        return Err(Error::InvalidValue {
-            what: "pool shape",
-            why: format!(
-                "pool is {} {:?}, inputs are {} {:?}",
-                s.variant, s.dims, inp.variant, inp.dims
-            ),
-        });
-    }
-    if layer >= s.layers {
-        return Err(Error::InvalidValue {
-            what: "layer",
-            why: format!("layer {layer} of a pool of {} layers", s.layers),
-        });
-    }
+    pool.check_inputs(inp.variant, &inp.dims, layer)?;
     if max_seqlen > MAX_VERIFY_WINDOW {
         return Err(Error::InvalidValue {
             what: "verify window",
@@ -117,7 +102,7 @@ pub fn validate_verify(
             });
         }
     }
-    check_slots(inp.slots, batch, s.slots)?;
+    check_slots(inp.slots, batch, pool.shape().slots)?;
     Ok(VerifyPlan {
         num_tokens: n,
         batch,
@@ -454,15 +439,10 @@ pub fn replay(
     let s = ring.shape;
     check_spec_pool(pool)?;
     check_ring_matches(ring, pool)?;
-    let state = pool.state_mut();
-    if layer >= s.layers {
-        return Err(Error::InvalidValue {
-            what: "layer",
-            why: format!("layer {layer} of a ring of {} layers", s.layers),
-        });
-    }
+    pool.check_inputs(s.variant, &s.dims, layer)?;
     check_kernel_head_dim(backend, s.dims.k)?;
     check_fold_args(&s, slots, counts, "counts", None)?;
+    let state = pool.state_mut();
     match backend {
         Backend::Reference => {
             replay_reference(state, ring, layer, slots, counts, None);
