@@ -23,7 +23,7 @@ use crate::pool::{CheckpointPool, PoolShape};
 use crate::problem::{check_slots, Gate, HeadDims, Variant};
 use crate::recurrent::{check_kernel_head_dim, stage_output_view, stage_tokens, validate_tokens, RecurrentInputs};
 use crate::reference;
-use crate::workload::{GateData, RecurrentData};
+use crate::workload::RecurrentData;
 
 /// Longest cache length a ring may have (cursor and index limits).
 pub const MAX_CACHE_LEN: usize = 1 << 16;
@@ -647,38 +647,12 @@ pub fn decode_sequence(
         ring.allocate(s as usize)?;
     }
     let steps = lens.iter().copied().max().unwrap_or(0);
-    let gw = d.gate_width(data.variant);
     let mut flushes = 0;
-    let q_all = data.q.to_f32();
-    let k_all = data.k.to_f32();
-    let v_all = data.v.to_f32();
     for t in 0..steps {
-        // Row r of this step is token bos_r + t (or a null row); rows are gathered so that
-        // requests of different lengths share a step. Copies are exact (same dtype).
+        // Row r of this step is token bos_r + t (or a null row once request r has none left).
         let tok = |r: usize| (t < lens[r]).then(|| data.cu_seqlens[r] as usize + t);
-        let gather = |src: &[f32], row: usize| -> Vec<f32> {
-            (0..batch)
-                .flat_map(|r| match tok(r) {
-                    Some(i) => src[i * row..(i + 1) * row].to_vec(),
-                    None => vec![0.5; row],
-                })
-                .collect()
-        };
-        let q = ActBuffer::from_f32(data.dtype, &gather(&q_all, d.h * d.k));
-        let k = ActBuffer::from_f32(data.dtype, &gather(&k_all, d.h * d.k));
-        let v = ActBuffer::from_f32(data.dtype, &gather(&v_all, d.hv * d.v));
-        let gate_data = match &data.gate {
-            GateData::Raw { a, b, a_log, dt_bias } => GateData::Raw {
-                a: ActBuffer::from_f32(data.dtype, &gather(&a.to_f32(), d.hv * gw)),
-                b: ActBuffer::from_f32(data.dtype, &gather(&b.to_f32(), d.hv)),
-                a_log: a_log.clone(),
-                dt_bias: dt_bias.clone(),
-            },
-            GateData::Precomputed { g, beta } => GateData::Precomputed {
-                g: gather(g, d.hv * gw),
-                beta: gather(beta, d.hv),
-            },
-        };
+        let rows: Vec<Option<usize>> = (0..batch).map(tok).collect();
+        let step_data = data.gather(&rows, (0..=batch as i32).collect());
         let slots: Vec<i32> = (0..batch)
             .map(|r| if tok(r).is_some() { data.slots[r] } else { -1 })
             .collect();
@@ -691,24 +665,7 @@ pub fn decode_sequence(
             None => ForceFlush::None,
         };
         let step = ring.begin_step(&slots, force)?;
-        let inp = DecodeInputs {
-            variant: data.variant,
-            dims: d,
-            q: q.dense(batch, d.h * d.k),
-            k: k.dense(batch, d.h * d.k),
-            v: v.dense(batch, d.hv * d.v),
-            gate: match &gate_data {
-                GateData::Raw { a, b, a_log, dt_bias } => Gate::Raw {
-                    a: a.dense(batch, d.hv * gw),
-                    b: b.dense(batch, d.hv),
-                    a_log,
-                    dt_bias,
-                },
-                GateData::Precomputed { g, beta } => Gate::Precomputed { g, beta },
-            },
-            scale: data.scale,
-            qk_l2norm: data.qk_l2norm,
-        };
+        let inp = step_data.decode_inputs();
         let mut o = ActBuffer::nan(data.dtype, batch * d.hv * d.v);
         decode(
             backend,

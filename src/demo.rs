@@ -36,6 +36,18 @@ pub struct StepBytes {
     pub recurrent_snapshots: usize,
 }
 
+/// The shapes the byte models are printed for: the demo's own and a Qwen3-Next-like layer
+/// (H=16, HV=32, K=V=128) at B=64.
+fn modelled_shapes(dims: HeadDims, batch: usize) -> [(&'static str, HeadDims, usize); 2] {
+    let qwen3_next = HeadDims {
+        h: 16,
+        hv: 32,
+        k: 128,
+        v: 128,
+    };
+    [("this demo", dims, batch), ("Qwen3-Next-like layer", qwen3_next, 64)]
+}
+
 pub fn step_bytes(d: &HeadDims, act: DType, batch: usize, t: usize, accepted: usize) -> StepBytes {
     let state = d.state_elems() * 4;
     let e = ring_record_bytes(d, act);
@@ -256,19 +268,7 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         scratch_rs, scratch_base
     );
     println!("[3] modelled bytes per step and layer (SPEC §8 floors; divide by ~4.3 TB/s on an H200):");
-    for (name, d, b) in [
-        ("this demo", dims, batch),
-        (
-            "Qwen3-Next-like layer",
-            HeadDims {
-                h: 16,
-                hv: 32,
-                k: 128,
-                v: 128,
-            },
-            64,
-        ),
-    ] {
+    for (name, d, b) in modelled_shapes(dims, batch) {
         let avg_n = (accepted_total as f64 / (steps * batch).max(1) as f64).round() as usize;
         let sb = step_bytes(&d, dtype, b, t, b * avg_n);
         let rs = sb.verify + sb.fold;
@@ -394,19 +394,7 @@ pub fn run_decode(backend: Backend, seed: u64, steps: usize, l: usize) -> Result
         }
     );
     println!("    modelled bytes per decode step and layer (divide by ~4.3 TB/s on an H200):");
-    for (name, dd, b) in [
-        ("this demo", dims, batch),
-        (
-            "Qwen3-Next-like layer",
-            HeadDims {
-                h: 16,
-                hv: 32,
-                k: 128,
-                v: 128,
-            },
-            64,
-        ),
-    ] {
+    for (name, dd, b) in modelled_shapes(dims, batch) {
         let (rec, buf) = decode_step_bytes(&dd, Variant::Gdn, dtype, b, l);
         println!(
             "      {name} (B={b}, L={l}): recurrent {rec:.0} B, buffered {buf:.0} B ({:.2}x the recurrent bytes)",

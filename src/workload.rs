@@ -4,6 +4,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::decode::DecodeInputs;
 use crate::dtype::{ActBuffer, DType};
 use crate::problem::{Gate, HeadDims, Variant};
 use crate::recurrent::{default_scale, RecurrentInputs};
@@ -128,26 +129,85 @@ impl RecurrentData {
     pub fn inputs(&self) -> RecurrentInputs<'_> {
         let d = self.dims;
         let n = self.num_tokens();
-        let gw = d.gate_width(self.variant);
         RecurrentInputs {
             variant: self.variant,
             dims: d,
             q: self.q.dense(n, d.h * d.k),
             k: self.k.dense(n, d.h * d.k),
             v: self.v.dense(n, d.hv * d.v),
-            gate: match &self.gate {
-                GateData::Raw { a, b, a_log, dt_bias } => Gate::Raw {
-                    a: a.dense(n, d.hv * gw),
-                    b: b.dense(n, d.hv),
-                    a_log,
-                    dt_bias,
-                },
-                GateData::Precomputed { g, beta } => Gate::Precomputed { g, beta },
-            },
+            gate: self.gate_view(n),
             cu_seqlens: &self.cu_seqlens,
             slots: &self.slots,
             scale: self.scale,
             qk_l2norm: self.qk_l2norm,
+        }
+    }
+
+    /// The tokens as one decode step of kernel D: row `b` is token `b` (slots come from the
+    /// step, not from here).
+    pub fn decode_inputs(&self) -> DecodeInputs<'_> {
+        let d = self.dims;
+        let n = self.num_tokens();
+        DecodeInputs {
+            variant: self.variant,
+            dims: d,
+            q: self.q.dense(n, d.h * d.k),
+            k: self.k.dense(n, d.h * d.k),
+            v: self.v.dense(n, d.hv * d.v),
+            gate: self.gate_view(n),
+            scale: self.scale,
+            qk_l2norm: self.qk_l2norm,
+        }
+    }
+
+    fn gate_view(&self, n: usize) -> Gate<'_> {
+        let d = self.dims;
+        let gw = d.gate_width(self.variant);
+        match &self.gate {
+            GateData::Raw { a, b, a_log, dt_bias } => Gate::Raw {
+                a: a.dense(n, d.hv * gw),
+                b: b.dense(n, d.hv),
+                a_log,
+                dt_bias,
+            },
+            GateData::Precomputed { g, beta } => Gate::Precomputed { g, beta },
+        }
+    }
+
+    /// A workload made of the listed tokens of this one (same bits: values are copied within
+    /// one dtype), with new `cu_seqlens`. `None` is a filler row of finite values (for a null
+    /// row of a decode step). Slots, pool and gate parameters are kept.
+    pub fn gather(&self, tokens: &[Option<usize>], cu_seqlens: Vec<i32>) -> RecurrentData {
+        let pick = |src: &[f32], row: usize| -> Vec<f32> {
+            tokens
+                .iter()
+                .flat_map(|t| match t {
+                    Some(i) => src[i * row..(i + 1) * row].to_vec(),
+                    None => vec![0.5; row],
+                })
+                .collect()
+        };
+        let act = |b: &ActBuffer, row: usize| ActBuffer::from_f32(b.dtype(), &pick(&b.to_f32(), row));
+        let d = self.dims;
+        let gw = d.gate_width(self.variant);
+        RecurrentData {
+            q: act(&self.q, d.h * d.k),
+            k: act(&self.k, d.h * d.k),
+            v: act(&self.v, d.hv * d.v),
+            gate: match &self.gate {
+                GateData::Raw { a, b, a_log, dt_bias } => GateData::Raw {
+                    a: act(a, d.hv * gw),
+                    b: act(b, d.hv),
+                    a_log: a_log.clone(),
+                    dt_bias: dt_bias.clone(),
+                },
+                GateData::Precomputed { g, beta } => GateData::Precomputed {
+                    g: pick(g, d.hv * gw),
+                    beta: pick(beta, d.hv),
+                },
+            },
+            cu_seqlens,
+            ..self.clone()
         }
     }
 }

@@ -220,16 +220,7 @@ fn step(
     let data = data(Variant::Gdn, SMALL, DType::F32, &vec![1; b], seed);
     let d = SMALL;
     let st = ring.begin_step(slots, ForceFlush::None)?;
-    let inp = DecodeInputs {
-        variant: Variant::Gdn,
-        dims: d,
-        q: data.q.dense(b, d.h * d.k),
-        k: data.k.dense(b, d.h * d.k),
-        v: data.v.dense(b, d.hv * d.v),
-        gate: data.inputs().gate,
-        scale: data.scale,
-        qk_l2norm: true,
-    };
+    let inp = data.decode_inputs();
     let mut o = ActBuffer::nan(DType::F32, b * d.hv * d.v);
     decode(backend, &inp, pool, ring, &st, 0, &mut o.dense_mut(b, d.hv * d.v))?;
     ring.finish_step(st)?;
@@ -345,16 +336,7 @@ fn two_layers_share_one_step_and_cursor() {
     for toks in &tokens {
         let st = ring.begin_step(&slots, ForceFlush::None).unwrap();
         for (l, tk) in toks.iter().enumerate() {
-            let inp = DecodeInputs {
-                variant: Variant::Kda,
-                dims,
-                q: tk.q.dense(2, dims.h * dims.k),
-                k: tk.k.dense(2, dims.h * dims.k),
-                v: tk.v.dense(2, dims.hv * dims.v),
-                gate: tk.inputs().gate,
-                scale: tk.scale,
-                qk_l2norm: true,
-            };
+            let inp = tk.decode_inputs();
             let mut o = ActBuffer::nan(DType::F32, 2 * dims.hv * dims.v);
             decode(
                 Backend::Emulated,
@@ -469,16 +451,7 @@ fn bad_calls_are_refused_before_launch_and_change_nothing() {
     ));
     let st = other_ring.begin_step(&[0], ForceFlush::None).unwrap();
     let d = data(Variant::Gdn, SMALL, DType::F32, &[1], 2);
-    let inp = DecodeInputs {
-        variant: Variant::Gdn,
-        dims: SMALL,
-        q: d.q.dense(1, 32),
-        k: d.k.dense(1, 32),
-        v: d.v.dense(1, 64),
-        gate: d.inputs().gate,
-        scale: d.scale,
-        qk_l2norm: true,
-    };
+    let inp = d.decode_inputs();
     let mut o = ActBuffer::nan(DType::F32, 64);
     let e = decode(
         Backend::Emulated,

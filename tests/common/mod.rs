@@ -136,46 +136,15 @@ pub fn judge(data: &RecurrentData, run: &Run, out_tol: Tolerance) -> Judgement {
 
 /// The first `lens[r]` tokens of each request of `data` (same bits), as a new workload.
 pub fn prefix(data: &RecurrentData, lens: &[usize]) -> RecurrentData {
-    use replayssm::workload::GateData;
-    let d = data.dims;
-    let gw = d.gate_width(data.variant);
     let mut toks = vec![];
     let mut cu = vec![0i32];
     for (r, &n) in lens.iter().enumerate() {
         let bos = data.cu_seqlens[r] as usize;
         assert!(n <= (data.cu_seqlens[r + 1] as usize - bos));
-        toks.extend(bos..bos + n);
+        toks.extend((bos..bos + n).map(Some));
         cu.push(cu.last().unwrap() + n as i32);
     }
-    let pick = |b: &ActBuffer, row: usize| -> ActBuffer {
-        let src = b.to_f32();
-        let v: Vec<f32> = toks
-            .iter()
-            .flat_map(|&t| src[t * row..(t + 1) * row].to_vec())
-            .collect();
-        ActBuffer::from_f32(b.dtype(), &v) // exact: values came from this dtype
-    };
-    let pickf =
-        |b: &[f32], row: usize| -> Vec<f32> { toks.iter().flat_map(|&t| b[t * row..(t + 1) * row].to_vec()).collect() };
-    RecurrentData {
-        q: pick(&data.q, d.h * d.k),
-        k: pick(&data.k, d.h * d.k),
-        v: pick(&data.v, d.hv * d.v),
-        gate: match &data.gate {
-            GateData::Raw { a, b, a_log, dt_bias } => GateData::Raw {
-                a: pick(a, d.hv * gw),
-                b: pick(b, d.hv),
-                a_log: a_log.clone(),
-                dt_bias: dt_bias.clone(),
-            },
-            GateData::Precomputed { g, beta } => GateData::Precomputed {
-                g: pickf(g, d.hv * gw),
-                beta: pickf(beta, d.hv),
-            },
-        },
-        cu_seqlens: cu,
-        ..data.clone()
-    }
+    data.gather(&toks, cu)
 }
 
 /// Bit equality of two f32 slices, with the first difference for the message.
