@@ -558,3 +558,130 @@ fn cuda_decode_is_bit_identical_to_cuda_recurrent() {
         }
     }
 }
+
+/// Garbage device-side slots and cursors (what a CUDA-graph replay could feed the kernel): the
+/// row is skipped with zero outputs and flagged, and nothing outside the pool and the ring is
+/// written. The emulated launchers are called through the raw C ABI, bypassing the wrapper.
+#[test]
+fn garbage_device_slots_and_cursors_are_skipped_and_stay_inside_the_buffers() {
+    use replayssm::ffi;
+    use replayssm::workload::GateData;
+    let d = SMALL;
+    let (ns, l, guard) = (3usize, 4usize, 1024usize);
+    let data = data(Variant::Gdn, d, DType::F32, &[1, 1], seed() + 1000);
+    let GateData::Raw { a, b, a_log, dt_bias } = &data.gate else {
+        unreachable!()
+    };
+    let guarded = |n: usize, fill: f32| {
+        let mut v = vec![f32::from_bits(0x7fc0_dead); guard];
+        v.extend(std::iter::repeat_n(fill, n));
+        v.extend(std::iter::repeat_n(f32::from_bits(0x7fc0_beef), guard));
+        v
+    };
+    let intact = |v: &[f32], n: usize| {
+        v[..guard].iter().all(|x| x.to_bits() == 0x7fc0_dead)
+            && v[guard + n..].iter().all(|x| x.to_bits() == 0x7fc0_beef)
+    };
+    let (n_state, n_d, n_k, n_g) = (
+        ns * d.state_elems(),
+        ns * d.hv * l * d.v,
+        ns * d.h * l * d.k,
+        ns * d.hv * l,
+    );
+    for (slots, positions, bit) in [
+        ([0, 1_000_000], [1, 0], ffi::RSSM_DEVERR_SLOT_OUT_OF_RANGE),
+        ([0, -5], [1, 0], ffi::RSSM_DEVERR_SLOT_OUT_OF_RANGE),
+        ([0, 1], [1, 99], ffi::RSSM_DEVERR_BAD_LENGTH),
+        ([0, 1], [1, -1], ffi::RSSM_DEVERR_BAD_LENGTH),
+    ] {
+        for materialize_entry in [false, true] {
+            let mut state = guarded(n_state, 0.25);
+            let (mut rd, mut rk, mut rg) = (guarded(n_d, 0.01), guarded(n_k, 0.1), guarded(n_g, -0.1));
+            let mut o = vec![f32::NAN; 2 * d.hv * d.v];
+            let mut word = 0u32;
+            let p = ffi::rssm_decode_params {
+                q: data.q.as_bytes().as_ptr().cast(),
+                k: data.k.as_bytes().as_ptr().cast(),
+                v: data.v.as_bytes().as_ptr().cast(),
+                a: a.as_bytes().as_ptr().cast(),
+                b: b.as_bytes().as_ptr().cast(),
+                A_log: a_log.as_ptr(),
+                dt_bias: dt_bias.as_ptr(),
+                g: std::ptr::null(),
+                beta: std::ptr::null(),
+                slots: slots.as_ptr(),
+                positions: positions.as_ptr(),
+                force_flush: std::ptr::null(),
+                state: state[guard..].as_mut_ptr(),
+                ring_d: rd[guard..].as_mut_ptr(),
+                ring_k: rk[guard..].as_mut_ptr(),
+                ring_g: rg[guard..].as_mut_ptr(),
+                o: o.as_mut_ptr().cast(),
+                error_word: &mut word,
+                q_stride: (d.h * d.k) as i64,
+                k_stride: (d.h * d.k) as i64,
+                v_stride: (d.hv * d.v) as i64,
+                a_stride: d.hv as i64,
+                b_stride: d.hv as i64,
+                o_stride: (d.hv * d.v) as i64,
+                batch: 2,
+                num_slots: ns as i32,
+                num_layers: 1,
+                layer: 0,
+                cache_len: l as i32,
+                H: d.h as i32,
+                HV: d.hv as i32,
+                K: d.k as i32,
+                V: d.v as i32,
+                scale: data.scale,
+                dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
+                variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
+                qk_l2norm: 1,
+                reserved: 0,
+            };
+            // SAFETY: host buffers sized for these params; only the device-side indices are garbage.
+            let st = unsafe {
+                if materialize_entry {
+                    ffi::rssm_emu_decode_materialize(&p, std::ptr::null_mut())
+                } else {
+                    ffi::rssm_emu_decode(&p, std::ptr::null_mut())
+                }
+            };
+            let what = format!("{slots:?} {positions:?} materialize={materialize_entry}");
+            assert_eq!(st, ffi::rssm_status_RSSM_OK, "{what}");
+            assert_ne!(word & bit, 0, "{what}: not flagged");
+            assert!(intact(&state, n_state), "{what}: write outside the pool");
+            assert!(
+                intact(&rd, n_d) && intact(&rk, n_k) && intact(&rg, n_g),
+                "{what}: write outside the ring"
+            );
+            let row = d.hv * d.v;
+            if !materialize_entry {
+                assert!(
+                    o[..row].iter().all(|x| x.is_finite()),
+                    "{what}: the good row was not decoded"
+                );
+                assert!(
+                    o[row..].iter().all(|&x| x == 0.0),
+                    "{what}: the skipped row was not zeroed"
+                );
+            }
+            // Row 0 (slot 0, one pending record, no flush) never writes the checkpoint; slot 1 and
+            // slot 2 are never touched by a skipped row.
+            let per = d.state_elems();
+            let pool = &state[guard..guard + n_state];
+            if materialize_entry {
+                assert!(
+                    pool[..per].iter().any(|&x| x != 0.25),
+                    "{what}: slot 0 not materialised"
+                );
+            } else {
+                assert!(
+                    pool[..per].iter().all(|&x| x == 0.25),
+                    "{what}: D wrote a checkpoint off a flush step"
+                );
+            }
+            assert!(pool[per..].iter().all(|&x| x == 0.25), "{what}: a skipped slot changed");
+        }
+    }
+}
