@@ -22,12 +22,12 @@ assert_layout!(rssm_recurrent_params, size = 224, {
     qk_l2norm = 212, write_state = 216, reserved = 220,
 });
 
-assert_layout!(rssm_verify_params, size = 256, {
-    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, cu_seqlens = 72, slots = 80, state = 88, o = 96, ring_v = 104, ring_k = 112, ring_g = 120, ring_beta = 128, error_word = 136, q_stride = 144, k_stride = 152, v_stride = 160, a_stride = 168, b_stride = 176, o_stride = 184, num_tokens = 192, batch = 196, max_seqlen = 200, num_slots = 204, num_layers = 208, layer = 212, window = 216, H = 220, HV = 224, K = 228, V = 232, scale = 236, dtype = 240, variant = 244, qk_l2norm = 248, reserved = 252,
+assert_layout!(rssm_verify_params, size = 264, {
+    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, cu_seqlens = 72, parent = 80, slots = 88, state = 96, o = 104, ring_v = 112, ring_k = 120, ring_g = 128, ring_beta = 136, error_word = 144, q_stride = 152, k_stride = 160, v_stride = 168, a_stride = 176, b_stride = 184, o_stride = 192, num_tokens = 200, batch = 204, max_seqlen = 208, num_slots = 212, num_layers = 216, layer = 220, window = 224, H = 228, HV = 232, K = 236, V = 240, scale = 244, dtype = 248, variant = 252, qk_l2norm = 256, reserved = 260,
 });
 
-assert_layout!(rssm_fold_params, size = 128, {
-    state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, accept_lens = 48, track_slots = 56, track_steps = 64, error_word = 72, batch = 80, num_slots = 84, num_layers = 88, window = 92, H = 96, HV = 100, K = 104, V = 108, dtype = 112, variant = 116, qk_l2norm = 120, reserved = 124,
+assert_layout!(rssm_fold_params, size = 136, {
+    state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, accept_lens = 48, track_slots = 56, track_steps = 64, accept_paths = 72, error_word = 80, batch = 88, num_slots = 92, num_layers = 96, window = 100, H = 104, HV = 108, K = 112, V = 116, dtype = 120, variant = 124, qk_l2norm = 128, path_width = 132,
 });
 
 assert_layout!(rssm_replay_params, size = 112, {

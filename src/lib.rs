@@ -29,6 +29,7 @@ pub mod recurrent;
 pub mod reference;
 pub mod ring;
 pub mod spec;
+pub mod tree;
 pub mod workload;
 
 pub use backend::Backend;
@@ -41,3 +42,4 @@ pub use problem::{Gate, HeadDims, Variant};
 pub use recurrent::{recurrent, RecurrentInputs, RecurrentOutputs, RecurrentPlan};
 pub use ring::{RingShape, SpecRing};
 pub use spec::{fold, replay, track_step, verify, Track};
+pub use tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree, MAX_TREE_NODES};

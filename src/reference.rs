@@ -182,6 +182,64 @@ pub fn apply_record<R: Real>(s: &mut [R], dims: &HeadDims, k_raw: &[R], g: &[R],
     delta_rule_update(s, dims, &decay, &k, v, beta);
 }
 
+/// Token `tok`'s update of value head `hv`'s state `s` (SPEC §3 steps 1-7).
+fn step_token<R: Real>(inp: &RecurrentInputs<'_>, s: &mut [R], tok: usize, hv: usize) {
+    let d = inp.dims;
+    let h = d.key_head(hv);
+    let k: Vec<R> = (0..d.k).map(|j| R::from_f32(inp.k.at(tok, h * d.k + j))).collect();
+    let v: Vec<R> = (0..d.v).map(|j| R::from_f32(inp.v.at(tok, hv * d.v + j))).collect();
+    let (g, beta) = gate_at::<R>(&inp.gate, inp.variant, &d, tok, hv);
+    apply_record(s, &d, &k, &g, beta, &v, inp.qk_l2norm);
+}
+
+/// Token `tok`'s query for value head `hv`, normalised (when `qk_l2norm`) and scaled.
+fn scaled_query<R: Real>(inp: &RecurrentInputs<'_>, tok: usize, hv: usize) -> Vec<R> {
+    let d = inp.dims;
+    let h = d.key_head(hv);
+    let mut q: Vec<R> = (0..d.k).map(|j| R::from_f32(inp.q.at(tok, h * d.k + j))).collect();
+    if inp.qk_l2norm {
+        l2_normalize(&mut q);
+    }
+    let scale = R::from_f32(inp.scale);
+    q.iter_mut().for_each(|x| *x = *x * scale);
+    q
+}
+
+/// Tree verify in precision `R` (SPEC §4 V, tree paragraph): for every token, kernel R's output
+/// after running the recurrence from its request's checkpoint along the token's root path.
+/// `parent[t]` is the window position of token t's parent within its request (-1 = child of the
+/// checkpoint), validated by the caller. Returns `[N, HV, V]`, zeros for null requests.
+pub fn tree_outputs<R: Real>(inp: &RecurrentInputs<'_>, parent: &[i32], state_pool: &[f32]) -> Vec<R> {
+    let d = inp.dims;
+    let per_slot = d.state_elems();
+    let head = d.v * d.k;
+    let mut o = vec![R::from_f32(0.0); inp.q.tokens * d.hv * d.v];
+    for r in 0..inp.cu_seqlens.len() - 1 {
+        let slot = inp.slots[r];
+        if slot < 0 {
+            continue;
+        }
+        let (bos, eos) = (inp.cu_seqlens[r] as usize, inp.cu_seqlens[r + 1] as usize);
+        let ckpt = &state_pool[slot as usize * per_slot..(slot as usize + 1) * per_slot];
+        for tok in bos..eos {
+            let mut path = vec![tok];
+            while parent[path[path.len() - 1]] >= 0 {
+                path.push(bos + parent[path[path.len() - 1]] as usize);
+            }
+            path.reverse();
+            for hv in 0..d.hv {
+                let mut s: Vec<R> = ckpt[hv * head..(hv + 1) * head].iter().map(|&x| R::from_f32(x)).collect();
+                for &t in &path {
+                    step_token(inp, &mut s, t, hv);
+                }
+                let out = &mut o[(tok * d.hv + hv) * d.v..(tok * d.hv + hv + 1) * d.v];
+                readout(&s, &d, &scaled_query(inp, tok, hv), out);
+            }
+        }
+    }
+    o
+}
+
 /// Runs kernel R's maths in precision `R` from the checkpoint pool `state_pool`.
 pub fn recurrent<R: Real>(inp: &RecurrentInputs<'_>, state_pool: &[f32]) -> RecurrentResult<R> {
     let d = inp.dims;
@@ -207,22 +265,12 @@ pub fn recurrent<R: Real>(inp: &RecurrentInputs<'_>, state_pool: &[f32]) -> Recu
             .collect();
         let mut snaps = vec![zero; (eos - bos) * per_slot];
         for hv in 0..d.hv {
-            let h = d.key_head(hv);
             let s = &mut state[hv * head..(hv + 1) * head];
             for (t, tok) in (bos..eos).enumerate() {
-                let k: Vec<R> = (0..d.k).map(|j| R::from_f32(inp.k.at(tok, h * d.k + j))).collect();
-                let mut q: Vec<R> = (0..d.k).map(|j| R::from_f32(inp.q.at(tok, h * d.k + j))).collect();
-                if inp.qk_l2norm {
-                    l2_normalize(&mut q);
-                }
-                let scale = R::from_f32(inp.scale);
-                q.iter_mut().for_each(|x| *x = *x * scale);
-                let v: Vec<R> = (0..d.v).map(|j| R::from_f32(inp.v.at(tok, hv * d.v + j))).collect();
-                let (g, beta) = gate_at::<R>(&inp.gate, inp.variant, &d, tok, hv);
-                apply_record(s, &d, &k, &g, beta, &v, inp.qk_l2norm);
+                step_token(inp, s, tok, hv);
                 snaps[t * per_slot + hv * head..t * per_slot + (hv + 1) * head].copy_from_slice(s);
                 let o = &mut res.o[(tok * d.hv + hv) * d.v..(tok * d.hv + hv + 1) * d.v];
-                readout(s, &d, &q, o);
+                readout(s, &d, &scaled_query(inp, tok, hv), o);
             }
         }
         res.final_state[r] = Some(state);

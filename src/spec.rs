@@ -123,14 +123,17 @@ pub fn verify(
     let plan = validate_verify(backend, inp, pool, layer, o, ring.as_deref())?;
     match backend {
         Backend::Reference => verify_reference(inp, pool, layer, o, ring.as_deref_mut()),
-        Backend::Emulated | Backend::Cuda => verify_kernel(backend, inp, pool, layer, &plan, o, ring)?,
+        Backend::Emulated | Backend::Cuda => verify_kernel(backend, inp, None, pool, layer, &plan, o, ring)?,
     }
     Ok(plan)
 }
 
-fn verify_kernel(
+/// Launches kernel V; `parent` (per token, validated by the caller) selects the tree mask.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn verify_kernel(
     backend: Backend,
     inp: &RecurrentInputs<'_>,
+    parent: Option<&[i32]>,
     pool: &CheckpointPool,
     layer: usize,
     plan: &VerifyPlan,
@@ -168,6 +171,10 @@ fn verify_kernel(
         g: t.g,
         beta: t.beta,
         cu_seqlens: t.cu_seqlens,
+        parent: match parent {
+            Some(p) => mem.input(p)?,
+            None => std::ptr::null(),
+        },
         slots: t.slots,
         state: mem.input(pool.state())?,
         o: stage_output_view(&mut mem, o)?.cast(),
@@ -223,7 +230,14 @@ fn verify_reference(
             o.set(tok, i, res.o[tok * row + i]);
         }
     }
-    let Some(ring) = ring else { return };
+    if let Some(ring) = ring {
+        write_ring_reference(inp, layer, ring);
+    }
+}
+
+/// The Reference backend's ring write of a verify: raw records at window positions `0..T`.
+pub(crate) fn write_ring_reference(inp: &RecurrentInputs<'_>, layer: usize, ring: &mut SpecRing) {
+    let d = inp.dims;
     let s = ring.shape;
     let gw = d.gate_width(inp.variant);
     for (r, &slot) in inp.slots.iter().enumerate() {
@@ -366,12 +380,55 @@ pub fn fold(
     accept_lens: &[i32],
     track: Option<Track<'_>>,
 ) -> Result<()> {
+    fold_commit(backend, pool, ring, slots, Commit::Prefix(accept_lens), track)
+}
+
+/// What a fold replays per request: a prefix of the window (chain) or an accepted root path of
+/// a draft tree, `[B, width]` window positions (-1 padded) with their lengths (validated).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Commit<'a> {
+    Prefix(&'a [i32]),
+    Path {
+        paths: &'a [i32],
+        width: usize,
+        lens: &'a [i32],
+    },
+}
+
+impl Commit<'_> {
+    fn lens(&self) -> &[i32] {
+        match self {
+            Commit::Prefix(lens) | Commit::Path { lens, .. } => lens,
+        }
+    }
+    /// Ring position of step `t` of request `b`.
+    fn position(&self, b: usize, t: usize) -> usize {
+        match self {
+            Commit::Prefix(_) => t,
+            Commit::Path { paths, width, .. } => paths[b * width + t] as usize,
+        }
+    }
+}
+
+/// Kernel F in either mode (prefix or path), after the S1 checks.
+pub(crate) fn fold_commit(
+    backend: Backend,
+    pool: &mut CheckpointPool,
+    ring: &SpecRing,
+    slots: &[i32],
+    commit: Commit<'_>,
+    track: Option<Track<'_>>,
+) -> Result<()> {
     let s = ring.shape;
     check_spec_pool(pool)?;
     check_ring_matches(ring, pool)?;
     let state = pool.state_mut();
     check_kernel_head_dim(backend, s.dims.k)?;
-    check_fold_args(&s, slots, accept_lens, "accept_lens", track.as_ref())?;
+    let what = match commit {
+        Commit::Prefix(_) => "accept_lens",
+        Commit::Path { .. } => "accepted path lengths",
+    };
+    check_fold_args(&s, slots, commit.lens(), what, track.as_ref())?;
     if slots.len() * s.layers > 65535 {
         return Err(Error::InvalidValue {
             what: "batch",
@@ -381,7 +438,7 @@ pub fn fold(
     match backend {
         Backend::Reference => {
             for layer in 0..s.layers {
-                replay_reference(state, ring, layer, slots, accept_lens, track.as_ref());
+                replay_reference(state, ring, layer, slots, commit, track.as_ref());
             }
             Ok(())
         }
@@ -394,6 +451,10 @@ pub fn fold(
             };
             let d = s.dims;
             let r = stage_ring(&mut mem, ring)?;
+            let (accept_lens, accept_paths, path_width) = match commit {
+                Commit::Prefix(lens) => (mem.input(lens)?, std::ptr::null(), 0),
+                Commit::Path { paths, width, .. } => (std::ptr::null(), mem.input(paths)?, width as i32),
+            };
             let params = ffi::rssm_fold_params {
                 state: mem.output(state)?,
                 ring_v: r.0,
@@ -401,9 +462,10 @@ pub fn fold(
                 ring_g: r.2,
                 ring_beta: r.3,
                 slots: mem.input(slots)?,
-                accept_lens: mem.input(accept_lens)?,
+                accept_lens,
                 track_slots,
                 track_steps,
+                accept_paths,
                 error_word: mem.output(&mut word)?,
                 batch: slots.len() as i32,
                 num_slots: s.slots as i32,
@@ -416,7 +478,7 @@ pub fn fold(
                 dtype: s.dtype.to_ffi(),
                 variant: s.variant.to_ffi(),
                 qk_l2norm: ring_l2norm(ring),
-                reserved: 0,
+                path_width,
             };
             let st = launch!(backend, rssm_fold, rssm_emu_fold, &params);
             check_status("fold", backend, st)?;
@@ -445,7 +507,7 @@ pub fn replay(
     let state = pool.state_mut();
     match backend {
         Backend::Reference => {
-            replay_reference(state, ring, layer, slots, counts, None);
+            replay_reference(state, ring, layer, slots, Commit::Prefix(counts), None);
             Ok(())
         }
         Backend::Emulated | Backend::Cuda => {
@@ -506,9 +568,10 @@ fn replay_reference(
     ring: &SpecRing,
     layer: usize,
     slots: &[i32],
-    counts: &[i32],
+    commit: Commit<'_>,
     track: Option<&Track<'_>>,
 ) {
+    let counts = commit.lens();
     let s = ring.shape;
     let d = s.dims;
     let head = d.v * d.k;
@@ -523,7 +586,8 @@ fn replay_reference(
         for hv in 0..d.hv {
             let h = d.key_head(hv);
             let mut st: Vec<f32> = state[base + hv * head..base + (hv + 1) * head].to_vec();
-            for t in 0..counts[b] as usize {
+            for step in 0..counts[b] as usize {
+                let t = commit.position(b, step);
                 let ki = s.k_index(layer, slot, h, t);
                 let k: Vec<f32> = (0..d.k).map(|j| ring.k.get(ki + j)).collect();
                 let vi = s.v_index(layer, slot, hv, t);
@@ -531,8 +595,8 @@ fn replay_reference(
                 let gi = s.g_index(layer, slot, hv, t);
                 let beta = ring.beta[s.beta_index(layer, slot, hv, t)];
                 reference::apply_record(&mut st, &d, &k, &ring.g[gi..gi + gw], beta, &v, ring.l2norm);
-                if let Some((ts, step)) = track_to {
-                    if step == t {
+                if let Some((ts, step_due)) = track_to {
+                    if step_due == step {
                         let tb = s.pool_offset(layer, ts) + hv * head;
                         state[tb..tb + head].copy_from_slice(&st);
                     }

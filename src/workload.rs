@@ -8,6 +8,7 @@ use crate::decode::DecodeInputs;
 use crate::dtype::{ActBuffer, DType};
 use crate::problem::{Gate, HeadDims, Variant};
 use crate::recurrent::{default_scale, RecurrentInputs};
+use crate::tree::DraftTree;
 
 /// Owned gate inputs.
 #[derive(Clone, Debug)]
@@ -209,5 +210,73 @@ impl RecurrentData {
             cu_seqlens,
             ..self.clone()
         }
+    }
+}
+
+/// Shapes of random draft trees (tests, benches, case files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TreeShape {
+    /// `parent = i - 1`: what kernel V assumes.
+    Chain,
+    /// A root with every other node as its child.
+    Star,
+    /// A complete binary tree in breadth-first order.
+    Binary,
+    /// EAGLE-style top-k expansion: a root, then levels of up to `k` nodes, each the child of a
+    /// random node of the level above.
+    TopK(usize),
+    /// Any parent among the earlier positions or the checkpoint (a forest).
+    Random,
+}
+
+impl TreeShape {
+    pub const ALL: [TreeShape; 6] = [
+        TreeShape::Chain,
+        TreeShape::Star,
+        TreeShape::Binary,
+        TreeShape::TopK(2),
+        TreeShape::TopK(4),
+        TreeShape::Random,
+    ];
+
+    /// Parents of a tree of `nodes` nodes (window positions, -1 = child of the checkpoint).
+    pub fn parents(self, nodes: usize, rng: &mut impl Rng) -> Vec<i32> {
+        match self {
+            TreeShape::Chain => (0..nodes as i32).map(|i| i - 1).collect(),
+            TreeShape::Star => (0..nodes).map(|i| if i == 0 { -1 } else { 0 }).collect(),
+            TreeShape::Binary => (0..nodes as i32).map(|i| if i == 0 { -1 } else { (i - 1) / 2 }).collect(),
+            TreeShape::TopK(k) => {
+                let mut parent = vec![];
+                let mut level: Vec<i32> = vec![];
+                while parent.len() < nodes {
+                    let next: Vec<i32> = (0..if level.is_empty() { 1 } else { k.max(1) })
+                        .take(nodes - parent.len())
+                        .map(|_| {
+                            let p = if level.is_empty() {
+                                -1
+                            } else {
+                                level[rng.gen_range(0..level.len())]
+                            };
+                            parent.push(p);
+                            parent.len() as i32 - 1
+                        })
+                        .collect();
+                    level = next;
+                }
+                parent
+            }
+            TreeShape::Random => (0..nodes as i32).map(|i| rng.gen_range(-1..i)).collect(),
+        }
+    }
+
+    /// A [`DraftTree`] over requests of `seqlens` nodes each.
+    pub fn tree(self, seqlens: &[usize], rng: &mut impl Rng) -> crate::Result<DraftTree> {
+        let mut parent = vec![];
+        let mut cu = vec![0i32];
+        for &n in seqlens {
+            parent.extend(self.parents(n, rng));
+            cu.push(cu[cu.len() - 1] + n as i32);
+        }
+        DraftTree::new(parent, &cu)
     }
 }

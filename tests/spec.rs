@@ -490,7 +490,7 @@ fn fold_of_a_garbage_device_slot_is_skipped_and_stays_inside_the_pool() {
             dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
             variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
             qk_l2norm: 1,
-            reserved: 0,
+            ..Default::default()
         };
         // SAFETY: host buffers sized for these params; only the device-side indices are garbage.
         let st = unsafe { ffi::rssm_emu_fold(&p, std::ptr::null_mut()) };

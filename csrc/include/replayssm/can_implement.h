@@ -91,7 +91,11 @@ inline rssm_status fold_can_implement(const rssm_fold_params *p, bool vector_ali
                                                    p->V, p->dtype, p->variant);
   if (st != RSSM_OK) return st;
   if (int64_t(p->batch) * p->num_layers > 65535) return RSSM_ERR_INVALID_ARGUMENT;
-  if (!p->state || !p->ring_v || !p->ring_k || !p->ring_g || !p->ring_beta || !p->slots || !p->accept_lens)
+  if (!p->state || !p->ring_v || !p->ring_k || !p->ring_g || !p->ring_beta || !p->slots)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  // Accept lengths (chain) or accept paths (tree), exactly one of them.
+  if ((p->accept_lens == nullptr) == (p->accept_paths == nullptr)) return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->accept_paths ? (p->path_width < 1 || p->path_width > p->window) : p->path_width != 0)
     return RSSM_ERR_INVALID_ARGUMENT;
   if ((p->track_slots == nullptr) != (p->track_steps == nullptr)) return RSSM_ERR_INVALID_ARGUMENT;
   if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;

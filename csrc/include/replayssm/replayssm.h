@@ -45,8 +45,11 @@ typedef enum rssm_variant {
 #define RSSM_DEVERR_BAD_SEQLENS 0x2u
 #define RSSM_DEVERR_BAD_LENGTH 0x4u  /* accept length / replay count / cursor out of range */
 #define RSSM_DEVERR_TRACK_SLOT 0x8u  /* track slot out of range (track skipped) */
+#define RSSM_DEVERR_BAD_TREE 0x10u   /* parent not in -1..i-1, or an accept path entry outside the window
+                                      * or not increasing: the request is skipped (outputs zero) */
 
-/* Longest verify window the V kernel is compiled for. */
+/* Longest verify window the V kernel is compiled for; also the most nodes of one draft tree
+ * (tree verify), so a tree is at most this deep. */
 #define RSSM_MAX_VERIFY_WINDOW 16
 
 /* Kernel R: recurrent baseline (SPEC §3, §4 R). Request r owns tokens
@@ -87,13 +90,21 @@ typedef struct rssm_recurrent_params {
  *   ring_beta [NL, NS, HV, W] f32
  * The checkpoint pool is [NL, NS, HV, V, K] f32 in every spec kernel. */
 
-/* Kernel V: chunked linear-chain verify of layer `layer` (SPEC §4 V). Reads the checkpoint of
- * each request's slot (never writes it), writes every window position's output and, when the
- * ring pointers are set, the raw inputs of positions s < W of live slots. Window = request. */
+/* Kernel V: chunked verify of layer `layer` (SPEC §4 V). Reads the checkpoint of each request's
+ * slot (never writes it), writes every window position's output and, when the ring pointers are
+ * set, the raw inputs of positions s < W of live slots. Window = request.
+ * Linear chain (parent == NULL): strictly-lower causal mask, position i's parent is i-1.
+ * Tree verify "VT" (parent != NULL): parent[t] is the window position of token t's parent within
+ * its request (-1 = child of the checkpoint); parents precede children, so parent[t] lies in
+ * -1..i-1 for window position i (else RSSM_DEVERR_BAD_TREE and the request's outputs are zero).
+ * The mask becomes the strict-ancestor mask and the decays sum along each node's root path; a
+ * node's output equals kernel R's output along its root path. A chain given as parents produces
+ * the same bits as parent == NULL. */
 typedef struct rssm_verify_params {
   const void *q, *k, *v, *a, *b; /* as rssm_recurrent_params */
   const float *A_log, *dt_bias, *g, *beta;
   const int32_t *cu_seqlens; /* [batch + 1]; each window at most RSSM_MAX_VERIFY_WINDOW */
+  const int32_t *parent;     /* [num_tokens] i32 (tree verify), or NULL (linear chain) */
   const int32_t *slots;      /* [batch]; -1 = null (zero outputs, no ring writes) */
   const float *state;        /* pool [num_layers, num_slots, HV, V, K], read only */
   void *o;                   /* [num_tokens, HV, V] act, token stride o_stride */
@@ -113,20 +124,27 @@ typedef struct rssm_verify_params {
 
 /* Kernel F: fold-every-commit over all layers (SPEC §4 F). For live request b, replays ring
  * records 0..accept_lens[b]-1 of its slot into the checkpoint of every layer, in place; when
- * track_slots[b] >= 0 the state after step track_steps[b] is also stored in that slot. */
+ * track_slots[b] >= 0 the state after step track_steps[b] is also stored in that slot.
+ * Path fold "FT" (tree commit): accept_paths instead of accept_lens (exactly one of the two is
+ * set). Row b of accept_paths ([batch, path_width] i32) lists the accepted root-to-node path as
+ * window positions, -1 padded; its n leading entries >= 0 are replayed in that order (step t
+ * replays record accept_paths[b][t]; track_steps count path steps). Entries must be < window and
+ * increasing (else RSSM_DEVERR_BAD_TREE, request skipped); the device cannot check that they
+ * follow the tree's parent links: the safe wrappers do. */
 typedef struct rssm_fold_params {
   float *state;               /* pool [num_layers, num_slots, HV, V, K] */
   const void *ring_v, *ring_k;
   const float *ring_g, *ring_beta;
   const int32_t *slots;       /* [batch]; -1 = null */
-  const int32_t *accept_lens; /* [batch], 0..window, includes the bonus token; 0 = no-op */
+  const int32_t *accept_lens; /* [batch], 0..window, includes the bonus token; 0 = no-op; or NULL with accept_paths */
   const int32_t *track_slots; /* [batch] or NULL; -1 = none */
   const int32_t *track_steps; /* [batch] or NULL; -1 = none */
+  const int32_t *accept_paths; /* [batch, path_width] (path fold), or NULL */
   uint32_t *error_word;
   int32_t batch, num_slots, num_layers, window;
   int32_t H, HV, K, V;
   int32_t dtype, variant, qk_l2norm;
-  int32_t reserved;
+  int32_t path_width;          /* columns of accept_paths, 1..window; 0 when accept_paths is NULL */
 } rssm_fold_params;
 
 /* Kernel P: fp32 checkpoint replay of one layer: replays ring records 0..counts[b]-1 of slot

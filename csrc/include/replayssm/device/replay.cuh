@@ -1,7 +1,8 @@
-// Kernels P (fp32 checkpoint replay) and F (fold-every-commit), SPEC §4. Both replay records of
-// a slot's spec ring into its checkpoint through replay_records(), which runs the very same
+// Kernels P (fp32 checkpoint replay) and F (fold-every-commit, and its path mode "FT" that
+// commits an accepted root-to-node path of a draft tree), SPEC §4. All replay records of a
+// slot's spec ring into its checkpoint through replay_slot(), which runs the very same
 // load_key / decay_from_log / delta_rule_update sequence as kernel R, so the committed state is
-// bit-identical to R's after the same tokens.
+// bit-identical to R's after the same tokens (for FT: the tokens along the path).
 #pragma once
 
 #include "replayssm/device/recurrent.cuh"
@@ -18,11 +19,12 @@ struct RingGeometry {
   bool l2norm;
 };
 
-// Replays records 0..n-1 of `slot` (layer `layer`) into this warp's rows of the checkpoint;
-// when `track_slot >= 0`, also stores the state after step `track_step` into that slot.
+// Replays n records of `slot` (layer `layer`) into this warp's rows of the checkpoint: records
+// 0..n-1, or path[0..n-1] when `path` is set (checked by the caller); when `track_slot >= 0`,
+// also stores the state after step `track_step` into that slot.
 template <int EPL, class Act, bool KDA>
 __device__ __forceinline__ void replay_slot(const RingGeometry &geo, int layer, int slot, int n, int track_slot,
-                                            int track_step) {
+                                            int track_step, const int32_t *path = nullptr) {
   constexpr int K = kWarpSize * EPL;
   constexpr int ROWS = RowTiling::kRows;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
@@ -48,7 +50,8 @@ __device__ __forceinline__ void replay_slot(const RingGeometry &geo, int layer, 
 
   float s[ROWS][EPL];
   load_rows(state, K, row_ok, s);
-  for (int t = 0; t < n; ++t) {
+  for (int step = 0; step < n; ++step) {
+    const int t = path ? path[step] : step;  // ring position of this step's record
     float kh[EPL];
     load_key(rk + int64_t(t) * K, geo.l2norm, kh);
     float g[KDA ? EPL : 1];
@@ -59,7 +62,7 @@ __device__ __forceinline__ void replay_slot(const RingGeometry &geo, int layer, 
     RSSM_UNROLL
     for (int r = 0; r < ROWS; ++r) vr[r] = row_ok[r] ? to_float(rv[int64_t(t) * geo.V + r]) : 0.0f;
     delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, rb[t], vr);
-    if (track && t == track_step) store_rows(track, K, row_ok, s);
+    if (track && step == track_step) store_rows(track, K, row_ok, s);
   }
   store_rows(state, K, row_ok, s);
 }
@@ -76,6 +79,16 @@ __device__ __forceinline__ bool replay_indices_ok(const RingGeometry &geo, int s
     return false;
   }
   return n > 0;
+}
+
+// Length of request b's accepted path (FT): its entries before the first -1, each a ring position
+// below the window and larger than the previous one (a root path in topological order). -1 =
+// invalid.
+__device__ __forceinline__ int accepted_path_length(const int32_t *row, int width, int window) {
+  int n = 0;
+  for (; n < width && row[n] != -1; ++n)
+    if (row[n] < 0 || row[n] >= window || (n > 0 && row[n] <= row[n - 1])) return -1;
+  return n;
 }
 
 // (The min-blocks hint of 1 keeps ptxas from a heuristic register cap that spilled 8 bytes in
@@ -100,8 +113,14 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) fold_kernel(const rssm
   const RingGeometry geo{p.state, p.ring_v, p.ring_k, p.ring_g, p.ring_beta, p.error_word,
                          p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0};
   const int b = blockIdx.z / p.num_layers, layer = blockIdx.z % p.num_layers;
-  const int slot = p.slots[b], n = p.accept_lens[b];
   const bool reporter = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && layer == 0;
+  const int32_t *path = p.accept_paths ? p.accept_paths + int64_t(b) * p.path_width : nullptr;
+  const int slot = p.slots[b];
+  const int n = path ? accepted_path_length(path, p.path_width, p.window) : p.accept_lens[b];
+  if (path && n < 0 && slot != -1) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_TREE);
+    return;
+  }
   if (!replay_indices_ok(geo, slot, n, reporter)) return;
   int track_slot = p.track_slots ? p.track_slots[b] : -1;
   const int track_step = p.track_steps ? p.track_steps[b] : -1;
@@ -110,7 +129,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) fold_kernel(const rssm
     track_slot = -1;
   }
   if (track_step < 0 || track_step >= n) track_slot = -1;
-  replay_slot<EPL, Act, KDA>(geo, layer, slot, n, track_slot, track_step);
+  replay_slot<EPL, Act, KDA>(geo, layer, slot, n, track_slot, track_step, path);
 }
 
 }  // namespace rssm

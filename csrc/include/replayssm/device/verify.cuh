@@ -1,21 +1,39 @@
-// Kernel V: chunked linear-chain verify with the strictly-lower causal window mask (SPEC §4 V).
+// Kernel V: chunked verify from the read-only checkpoint (SPEC §4 V), for a linear draft chain
+// (strictly-lower causal window mask) or, given per-position parents, a draft tree ("VT": the
+// strict-ancestor mask, decays summed along each node's root path).
 //
-// One block per (row tile, value head, request). Phase 1 normalises every window position's
+// One block per (row tile, value head, request). Phase 0 builds each position's ancestor set
+// (a bit mask; a chain is the tree whose parent of i is i-1, so both run the same code and a
+// chain given as parents produces the same bits); phase 1 normalises every window position's
 // key and query and computes its gate into shared memory (and writes the raw ring record);
-// phase 2 forms the cumulative log decays G; phase 3 the window's T x T matrices
-//   A[i][j]  = beta_i e^{G_i - G_j} (k_i . k_j)   for j < i only (strictly lower), and
-//   Sc[i][j] = e^{G_i - G_j} (q_i . k_j)          for j <= i;
+// phase 2 sums the log decays along root paths, G_i = G_parent(i) + g_i; phase 3 forms
+//   A[i][j]  = beta_i e^{G_i - G_j} (k_i . k_j)   for j a strict ancestor of i, and
+//   Sc[i][j] = e^{G_i - G_j} (q_i . k_j)          for j = i or a strict ancestor of i;
 // phase 4, per warp and state row, reads the checkpoint once, solves (I + A) U = R by forward
-// substitution and forms the causal outputs. The checkpoint is never written.
+// substitution (parents precede children, so it stays a forward sweep) and forms the outputs.
+// The checkpoint is never written.
 #pragma once
 
 #include "replayssm/device/recurrent.cuh"
 
 namespace rssm {
 
-// Dynamic shared memory of one block, in floats.
+// Dynamic shared memory of one block, in 4-byte words: the float arrays, then the tree
+// (parent and ancestor mask per position, one validity flag).
 inline __host__ __device__ int64_t verify_smem_floats(int T, int K, bool kda) {
-  return int64_t(2) * T * K + int64_t(T) * (kda ? K : 1) + T + int64_t(2) * T * T;
+  return int64_t(2) * T * K + int64_t(T) * (kda ? K : 1) + T + int64_t(2) * T * T + 2 * T + 1;
+}
+
+// Phase 0 (one thread): parent and strict-ancestor mask of every window position. parent == NULL
+// is the linear chain. False when a parent is outside -1..i-1 (not topologically ordered).
+__device__ __forceinline__ bool build_tree(const int32_t *parent, int bos, int len, int *par, uint32_t *anc) {
+  for (int i = 0; i < len; ++i) {
+    const int pi = parent ? parent[bos + i] : i - 1;
+    if (pi < -1 || pi >= i) return false;
+    par[i] = pi;
+    anc[i] = pi < 0 ? 0u : anc[pi] | (1u << pi);
+  }
+  return true;
 }
 
 template <int EPL, class Act, bool KDA>
@@ -24,6 +42,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
   constexpr int ROWS = RowTiling::kRows;
   constexpr int TMAX = RSSM_MAX_VERIFY_WINDOW;
   constexpr int GW = KDA ? K : 1;
+  static_assert(TMAX <= 32, "ancestor sets are 32-bit masks");
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int hv = blockIdx.y, req = blockIdx.z;
   const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
@@ -40,22 +59,34 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
   const int len = eos - bos;
   const int slot = p.slots[req];
   const bool bad_slot = slot < -1 || slot >= p.num_slots;
-  if (bad_slot && blockIdx.x == 0 && threadIdx.x == 0) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+  const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
+  if (bad_slot && reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+
+  RSSM_DYNAMIC_SMEM(float, smem);
+  float *kh = smem;              // [T][K] normalised keys
+  float *qh = kh + T * K;        // [T][K] normalised, scaled queries
+  float *G = qh + T * K;         // [T][GW] log decays, then their sums along root paths
+  float *beta = G + T * GW;      // [T]
+  float *A = beta + T;           // [T][T] strict ancestors only
+  float *Sc = A + T * T;         // [T][T] ancestors and the diagonal
+  int *par = reinterpret_cast<int *>(Sc + T * T);        // [T] parent position, -1 = checkpoint
+  uint32_t *anc = reinterpret_cast<uint32_t *>(par + T);  // [T] bit j: j is a strict ancestor
+  int *tree_ok = reinterpret_cast<int *>(anc + T);
+
+  const bool live = slot >= 0 && !bad_slot;
+  if (live) {  // uniform over the block: slot is per request
+    if (threadIdx.x == 0) *tree_ok = build_tree(p.parent, bos, len, par, anc);
+    __syncthreads();
+  }
+  const bool bad_tree = live && !*tree_ok;
+  if (bad_tree && reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_TREE);
   Act *o = static_cast<Act *>(p.o);
-  if (slot < 0 || bad_slot) {  // null (or untrusted) slot: zero outputs, no ring writes
+  if (!live || bad_tree) {  // null, untrusted slot or bad tree: zero outputs, no ring writes
     for (int t = bos; t < eos; ++t)
       if (lane < ROWS && row0 + lane < p.V)
         o[int64_t(t) * p.o_stride + int64_t(hv) * p.V + row0 + lane] = from_float<Act>(0.0f);
     return;
   }
-
-  RSSM_DYNAMIC_SMEM(float, smem);
-  float *kh = smem;              // [T][K] normalised keys
-  float *qh = kh + T * K;        // [T][K] normalised, scaled queries
-  float *G = qh + T * K;         // [T][GW] log decays, then their prefix sums
-  float *beta = G + T * GW;      // [T]
-  float *A = beta + T;           // [T][T] strictly lower
-  float *Sc = A + T * T;         // [T][T] lower, inclusive
 
   const bool ring = p.ring_v != nullptr;
   const int64_t layer_slot = int64_t(p.layer) * p.num_slots + slot;
@@ -103,15 +134,20 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
   }
   __syncthreads();
 
-  // Phase 2: G_i = sum_{j <= i} g_j, per channel for KDA.
+  // Phase 2: G_i = G_parent(i) + g_i (a chain: the prefix sum), per channel for KDA.
   for (int c = threadIdx.x; c < GW; c += blockDim.x)
-    for (int i = 1; i < len; ++i) G[i * GW + c] = G[(i - 1) * GW + c] + G[i * GW + c];
+    for (int i = 1; i < len; ++i)
+      if (par[i] >= 0) G[i * GW + c] = G[par[i] * GW + c] + G[i * GW + c];
   __syncthreads();
 
   // Phase 3: the window matrices, one (i, j) pair per warp, round robin.
   for (int i = 0, pair = 0; i < len; ++i) {
     for (int j = 0; j <= i; ++j, ++pair) {
       if (pair % RowTiling::kWarps != warp) continue;
+      if (j < i && !((anc[i] >> j) & 1u)) {  // not on i's root path: outside the mask
+        if (lane == 0) A[i * T + j] = Sc[i * T + j] = 0.0f;
+        continue;
+      }
       float d[2] = {0.0f, 0.0f};  // k_i . k_j and q_i . k_j, decayed per channel for KDA
       RSSM_UNROLL
       for (int e = 0; e < EPL; ++e) {
@@ -168,18 +204,19 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
     warp_sum(dk);
     warp_sum(dq);
     const float eG = KDA ? 1.0f : expf(G[i]);
+    const uint32_t anc_i = anc[i];  // a chain: every j < i
     RSSM_UNROLL
     for (int r = 0; r < ROWS; ++r) {
       const Act v_raw = row_ok[r] ? v[tok * p.v_stride + int64_t(hv) * p.V + row0 + r] : from_float<Act>(0.0f);
       float acc = beta[i] * (to_float(v_raw) - eG * dk[r]);
       RSSM_UNROLL
       for (int j = 0; j < TMAX; ++j)
-        if (j < i) acc = fmaf(-A[i * T + j], u[j][r], acc);
+        if (j < i && ((anc_i >> j) & 1u)) acc = fmaf(-A[i * T + j], u[j][r], acc);
       u[i][r] = acc;
       float out = eG * dq[r];
       RSSM_UNROLL
       for (int j = 0; j < TMAX; ++j)
-        if (j <= i) out = fmaf(Sc[i * T + j], u[j][r], out);
+        if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(Sc[i * T + j], u[j][r], out);
       if (lane == r && row_ok[r]) {
         o[tok * p.o_stride + int64_t(hv) * p.V + row0 + r] = from_float<Act>(out);
         if (ring_v && i < p.window) ring_v[int64_t(i) * p.V + r] = v_raw;
