@@ -15,11 +15,12 @@ use crate::problem::{HeadDims, Variant};
 use crate::recurrent::{recurrent, RecurrentOutputs};
 use crate::ring::SpecRing;
 use crate::spec::{fold, verify};
+use crate::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree};
 use crate::workload::{GateData, RecurrentData};
 
 pub const FORMAT: &str = "replayssm-case/1";
 
-/// Operations a case can describe (SPEC §7); this build runs `recurrent`.
+/// Operations a case can describe (SPEC §7); this build runs them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     Recurrent,
@@ -77,8 +78,6 @@ pub enum CaseError {
         name: &'static str,
         msg: String,
     },
-    #[error("{path}: op '{op}' is not supported by this build (it runs: recurrent, verify, fold)")]
-    UnsupportedOp { path: PathBuf, op: String },
     #[error("{path}: {source}")]
     Run { path: PathBuf, source: crate::Error },
 }
@@ -96,6 +95,10 @@ pub struct Case {
     pub expected_state: Option<Vec<f32>>,
     /// `fold` only: tokens to commit per request.
     pub accept: Option<Vec<i32>>,
+    /// `verify_tree` and `fold_tree`: the draft tree (tensor `parent`).
+    pub tree: Option<DraftTree>,
+    /// `fold_tree` only: the accepted root paths (tensor `accept_path [R, P]`).
+    pub accept_path: Option<AcceptedPaths>,
     /// `decode` only: the ring's cache length L (metadata `cache_len`).
     pub cache_len: Option<usize>,
 }
@@ -272,12 +275,6 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         key: "op",
         msg: format!("unknown op '{op_name}'"),
     })?;
-    if !matches!(op, Op::Recurrent | Op::Verify | Op::Fold | Op::Decode) {
-        return Err(CaseError::UnsupportedOp {
-            path: path.to_path_buf(),
-            op: op_name.to_string(),
-        });
-    }
     let variant: Variant = meta_parse::<String>(path, &m, "variant")?
         .parse()
         .map_err(|msg| CaseError::Metadata {
@@ -348,7 +345,7 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
     let state_shape = [Some(requests), Some(hv), Some(vd), Some(kd)];
     let state = r.f32s("state_in", &state_shape)?;
     let expected_o = r.f32s("o", &[Some(n), Some(hv), Some(vd)])?;
-    let expected_state = if op == Op::Verify && !r.has("state_out") {
+    let expected_state = if matches!(op, Op::Verify | Op::VerifyTree) && !r.has("state_out") {
         None
     } else {
         Some(r.f32s("state_out", &state_shape)?)
@@ -367,6 +364,21 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         Some(a)
     } else {
         None
+    };
+    let tree = if matches!(op, Op::VerifyTree | Op::FoldTree) {
+        let parent = r.i32s("parent", &[Some(n)])?;
+        Some(DraftTree::new(parent, &cu_seqlens).map_err(|e| r.bad("parent", e.to_string()))?)
+    } else {
+        None
+    };
+    let accept_path = match (&tree, op) {
+        (Some(tree), Op::FoldTree) => {
+            let t = r.tensor("accept_path")?;
+            let width = r.shape("accept_path", &t, &[Some(requests), None])?[1];
+            let paths = r.i32s("accept_path", &[Some(requests), Some(width)])?;
+            Some(AcceptedPaths::new(tree, paths, width).map_err(|e| r.bad("accept_path", e.to_string()))?)
+        }
+        _ => None,
     };
     Ok(Case {
         path: path.to_path_buf(),
@@ -389,13 +401,16 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         expected_o,
         expected_state,
         accept,
+        tree,
+        accept_path,
         cache_len,
     })
 }
 
 /// Runs a case on `backend` and compares with its expected tensors: `recurrent` through kernel
 /// R, `verify` through kernel V (ring written), `fold` through V then F with `accept`, `decode`
-/// through kernel D one token per request and step (then materialised).
+/// through kernel D one token per request and step (then materialised), `verify_tree` through VT
+/// (ring written) and `fold_tree` through VT then FT with `accept_path`.
 pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
     let d = case.data.dims;
     let n = case.data.num_tokens();
@@ -415,7 +430,7 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
             };
             recurrent(backend, &case.data.inputs(), &mut out).map_err(run_err)?;
         }
-        Op::Verify | Op::Fold => {
+        Op::Verify | Op::Fold | Op::VerifyTree | Op::FoldTree => {
             let requests = case.data.cu_seqlens.len() - 1;
             let window = case
                 .data
@@ -429,17 +444,18 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
             let mut pool = CheckpointPool::new(&cfg, d, 1, requests).map_err(run_err)?;
             pool.state_mut().copy_from_slice(&case.data.state);
             let mut ring = SpecRing::for_pool(&pool, window, case.data.dtype, case.data.qk_l2norm).map_err(run_err)?;
-            verify(
-                backend,
-                &case.data.inputs(),
-                &pool,
-                0,
-                &mut o.dense_mut(n, d.hv * d.v),
-                Some(&mut ring),
-            )
+            let inp = case.data.inputs();
+            let mut ov = o.dense_mut(n, d.hv * d.v);
+            match &case.tree {
+                Some(tree) => verify_tree(backend, &inp, tree, &pool, 0, &mut ov, Some(&mut ring)).map(|_| ()),
+                None => verify(backend, &inp, &pool, 0, &mut ov, Some(&mut ring)).map(|_| ()),
+            }
             .map_err(run_err)?;
             if let Some(accept) = &case.accept {
                 fold(backend, &mut pool, &ring, &case.data.slots, accept, None).map_err(run_err)?;
+            }
+            if let Some(paths) = &case.accept_path {
+                fold_tree(backend, &mut pool, &ring, &case.data.slots, paths, None).map_err(run_err)?;
             }
             state = pool.state().to_vec();
         }
@@ -449,7 +465,6 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
             o = res.o;
             state = res.state;
         }
-        _ => unreachable!("load() refuses other ops"),
     }
     let widen = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
     Ok(CaseReport {
@@ -461,30 +476,79 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
     })
 }
 
+/// What a written case asks for: its op with the op's extra inputs.
+#[derive(Clone, Copy, Debug)]
+pub enum CaseKind<'a> {
+    Recurrent,
+    Verify,
+    /// Tokens committed per request.
+    Fold {
+        accept: &'a [i32],
+    },
+    /// Buffered decode with cache length L (1..=[`crate::decode::MAX_CACHE_LEN`]).
+    Decode {
+        cache_len: usize,
+    },
+    VerifyTree {
+        tree: &'a DraftTree,
+    },
+    FoldTree {
+        tree: &'a DraftTree,
+        accepted: &'a AcceptedPaths,
+    },
+}
+
+impl CaseKind<'_> {
+    pub fn op(&self) -> Op {
+        match self {
+            CaseKind::Recurrent => Op::Recurrent,
+            CaseKind::Verify => Op::Verify,
+            CaseKind::Fold { .. } => Op::Fold,
+            CaseKind::Decode { .. } => Op::Decode,
+            CaseKind::VerifyTree { .. } => Op::VerifyTree,
+            CaseKind::FoldTree { .. } => Op::FoldTree,
+        }
+    }
+}
+
 /// Writes a case whose expected tensors come from the f64 reference: `recurrent` and `decode`
 /// (state after all tokens; `decode` also records `cache_len`), `verify` (outputs; `state_out`
-/// = the unchanged checkpoint) or `fold` (outputs, and the state after `accept[r]` tokens).
-pub fn write_case(
-    path: &Path,
-    op: Op,
-    data: &RecurrentData,
-    accept: Option<&[i32]>,
-    cache_len: Option<usize>,
-    tolerance: Tolerance,
-) -> std::io::Result<()> {
-    if !matches!(op, Op::Recurrent | Op::Verify | Op::Fold | Op::Decode)
-        || (op == Op::Fold) != accept.is_some()
-        || (op == Op::Decode) != cache_len.is_some_and(|l| (1..=crate::decode::MAX_CACHE_LEN).contains(&l))
-    {
-        return Err(std::io::Error::other(format!(
-            "cannot write op {} (accept given: {}, cache_len: {cache_len:?})",
-            op.name(),
-            accept.is_some()
-        )));
+/// = the unchanged checkpoint), `fold` (outputs, and the state after `accept[r]` tokens),
+/// `verify_tree` (outputs along each node's root path; unchanged checkpoint) or `fold_tree`
+/// (tree outputs, and the state after replaying each accepted path).
+pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, tolerance: Tolerance) -> std::io::Result<()> {
+    let op = kind.op();
+    let invalid = |why: String| std::io::Error::other(format!("cannot write op {}: {why}", op.name()));
+    let requests = data.cu_seqlens.len() - 1;
+    match kind {
+        CaseKind::Fold { accept } if accept.len() != requests => {
+            return Err(invalid(format!(
+                "accept has {} entries for {requests} requests",
+                accept.len()
+            )))
+        }
+        CaseKind::Decode { cache_len } if !(1..=crate::decode::MAX_CACHE_LEN).contains(&cache_len) => {
+            return Err(invalid(format!(
+                "cache_len {cache_len} outside 1..={}",
+                crate::decode::MAX_CACHE_LEN
+            )))
+        }
+        CaseKind::VerifyTree { tree } | CaseKind::FoldTree { tree, .. } => {
+            tree.check_matches(&data.cu_seqlens)
+                .map_err(|e| invalid(e.to_string()))?;
+            if let CaseKind::FoldTree { accepted, .. } = kind {
+                if accepted.lens().len() != requests {
+                    return Err(invalid(format!(
+                        "accept_path has {} rows for {requests} requests",
+                        accepted.lens().len()
+                    )));
+                }
+            }
+        }
+        _ => {}
     }
     let d = data.dims;
     let n = data.num_tokens();
-    let requests = data.cu_seqlens.len() - 1;
     // The case file's pool is one slot per request, in request order.
     let per_slot = d.state_elems();
     let mut pool = vec![0f32; requests * per_slot];
@@ -496,35 +560,46 @@ pub fn write_case(
     let mut local = data.clone();
     local.state = pool;
     local.slots = (0..requests as i32).collect();
-    let res = crate::reference::recurrent::<f64>(&local.inputs(), &local.state);
-    let o: Vec<f32> = res.o.iter().map(|&x| x as f32).collect();
-    let state_out: Vec<f32> = match op {
-        Op::Verify => local.state.clone(),
-        _ => {
-            let final_states = match accept {
-                // The state after accept[r] tokens: the snapshot at step accept[r] - 1.
-                Some(acc) => (0..requests)
-                    .map(|r| {
-                        let n = acc[r] as usize;
-                        let snaps = res.snapshots[r].as_ref().expect("live request");
-                        if n == 0 {
-                            local.state[r * per_slot..(r + 1) * per_slot]
-                                .iter()
-                                .map(|&x| x as f64)
-                                .collect()
-                        } else {
-                            snaps[(n - 1) * per_slot..n * per_slot].to_vec()
-                        }
-                    })
-                    .collect::<Vec<Vec<f64>>>(),
-                None => res
-                    .final_state
-                    .iter()
-                    .map(|s| s.clone().expect("live request"))
+    let inp = local.inputs();
+    let res = crate::reference::recurrent::<f64>(&inp, &local.state);
+    let ckpt = |r: usize| &local.state[r * per_slot..(r + 1) * per_slot];
+    let (o, state_out): (Vec<f32>, Vec<f32>) = match kind {
+        CaseKind::VerifyTree { tree } | CaseKind::FoldTree { tree, .. } => {
+            let o = crate::reference::tree_outputs::<f64>(&inp, tree.parent(), &local.state);
+            let state = match kind {
+                CaseKind::FoldTree { accepted, .. } => (0..requests)
+                    .flat_map(|r| crate::reference::path_state::<f64>(&inp, r, accepted.path(r), ckpt(r)))
+                    .map(|x| x as f32)
                     .collect(),
+                _ => local.state.clone(),
             };
-            final_states.iter().flat_map(|s| s.iter().map(|&x| x as f32)).collect()
+            (o.iter().map(|&x| x as f32).collect(), state)
         }
+        CaseKind::Verify => (res.o.iter().map(|&x| x as f32).collect(), local.state.clone()),
+        CaseKind::Fold { accept } => {
+            // The state after accept[r] tokens: the snapshot at step accept[r] - 1.
+            let state = (0..requests)
+                .flat_map(|r| {
+                    let n = accept[r] as usize;
+                    let snaps = res.snapshots[r].as_ref().expect("live request");
+                    if n == 0 {
+                        ckpt(r).iter().map(|&x| x as f64).collect::<Vec<f64>>()
+                    } else {
+                        snaps[(n - 1) * per_slot..n * per_slot].to_vec()
+                    }
+                })
+                .map(|x| x as f32)
+                .collect();
+            (res.o.iter().map(|&x| x as f32).collect(), state)
+        }
+        CaseKind::Recurrent | CaseKind::Decode { .. } => (
+            res.o.iter().map(|&x| x as f32).collect(),
+            res.final_state
+                .iter()
+                .flat_map(|s| s.clone().expect("live request"))
+                .map(|x| x as f32)
+                .collect(),
+        ),
     };
 
     let st_dtype = |t: DType| match t {
@@ -574,8 +649,23 @@ pub fn write_case(
             bytes_of(&state_out).to_vec(),
         ),
     ];
-    if let Some(acc) = accept {
-        tensors.push(("accept".into(), Dtype::I32, vec![requests], bytes_of(acc).to_vec()));
+    match kind {
+        CaseKind::Fold { accept } => {
+            tensors.push(("accept".into(), Dtype::I32, vec![requests], bytes_of(accept).to_vec()));
+        }
+        CaseKind::VerifyTree { tree } => {
+            tensors.push(("parent".into(), Dtype::I32, vec![n], bytes_of(tree.parent()).to_vec()));
+        }
+        CaseKind::FoldTree { tree, accepted } => {
+            tensors.push(("parent".into(), Dtype::I32, vec![n], bytes_of(tree.parent()).to_vec()));
+            tensors.push((
+                "accept_path".into(),
+                Dtype::I32,
+                vec![requests, accepted.width()],
+                bytes_of(accepted.as_slice()).to_vec(),
+            ));
+        }
+        _ => {}
     }
     match &local.gate {
         GateData::Raw { a, b, a_log, dt_bias } => {
@@ -611,8 +701,8 @@ pub fn write_case(
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    if let Some(l) = cache_len {
-        metadata.insert("cache_len".into(), l.to_string());
+    if let CaseKind::Decode { cache_len } = kind {
+        metadata.insert("cache_len".into(), cache_len.to_string());
     }
     let bytes = safetensors::serialize(views, &Some(metadata)).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     std::fs::write(path, bytes)

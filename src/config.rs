@@ -1,9 +1,12 @@
 //! Capability gates (SPEC §5): engine-style flags in, a resolved ReplaySSM configuration or a
 //! typed refusal out. Every refusal names the option, the value it got and the fix, so a
 //! configuration the kernels cannot serve never runs silently wrong. Rule ids (A1..B7, N1, P1)
-//! follow SPEC §5; S1 (launch-time shapes and indices) lives in the kernel wrappers.
+//! follow SPEC §5; S1 (launch-time shapes and indices) lives in the kernel wrappers, except the
+//! draft length, which is known here and refused early. B1 and N1 no longer refuse trees: they
+//! route them to the tree kernels (VT + FT) and refuse only trees above [`MAX_TREE_NODES`].
 
 use crate::problem::Variant;
+use crate::tree::MAX_TREE_NODES;
 
 /// `--disaggregation-mode`: which pool role this server has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -204,9 +207,16 @@ pub enum DraftShape {
     None,
     /// A linear chain of `tokens` draft tokens (`None` = the engine's default).
     Chain { tokens: Option<usize> },
-    /// A tree with `topk` children per node.
-    Tree { topk: usize },
+    /// A draft tree, served by the tree kernels (VT verify + FT path fold): `topk` children per
+    /// node (`None` for NGRAM, which branches on its own), `nodes` draft positions per request,
+    /// root included (`--speculative-num-draft-tokens`; `None` = the engine's default, checked at
+    /// launch against [`MAX_TREE_NODES`]).
+    Tree { topk: Option<usize>, nodes: Option<usize> },
 }
+
+/// Most draft positions per request the verify kernels take (chain window or tree nodes, root
+/// included); a tree's depth is bounded by its node count.
+pub const MAX_DRAFT_TOKENS: usize = crate::spec::MAX_VERIFY_WINDOW;
 
 /// A configuration the kernels can serve, with the defaults chosen and the warnings to show.
 #[derive(Clone, Debug, PartialEq)]
@@ -239,8 +249,10 @@ pub enum GateError {
     BufferedDisaggregated { mode: &'static str },
     #[error("A4: --linear-replayssm-cache-len must be in 1..=65536. Got --linear-replayssm-cache-len={got}. Use a positive cache length (1 behaves like the plain recurrent decode).")]
     CacheLen { got: i64 },
-    #[error("B1: --enable-linear-replayssm-spec needs a linear draft chain: its strictly-lower window mask is wrong for trees. Got --speculative-eagle-topk={topk}. Set --speculative-eagle-topk 1 (or leave it unset), or disable --enable-linear-replayssm-spec.")]
-    SpecTree { topk: i64 },
+    #[error("B1: --speculative-eagle-topk must be at least 1. Got --speculative-eagle-topk={topk}. Use 1 for a linear chain or k > 1 for a tree (verified by the VT tree kernel).")]
+    SpecTopk { topk: i64 },
+    #[error("B1: --enable-linear-replayssm-spec verifies draft trees with the VT tree kernel, which takes at most {limit} nodes per request (root included; depth at most {limit}). Got --speculative-eagle-topk={topk} with --speculative-num-draft-tokens={nodes}. Use --speculative-num-draft-tokens {limit} or fewer, or disable --enable-linear-replayssm-spec.")]
+    SpecTreeTooLarge { topk: i64, nodes: i64, limit: usize },
     #[error("B2: --enable-linear-replayssm-spec supports --linear-attn-decode-backend triton or flashinfer. Got --linear-attn-decode-backend='{backend}'. Use one of those, or disable --enable-linear-replayssm-spec.")]
     SpecDecodeBackend { backend: String },
     #[error("B3: --enable-linear-replayssm-spec with --ragged-verify-mode='{mode}' would fold a stale ring; ragged verify is only supported for DSPARK/DFLASH with --linear-attn-verify-backend triton or nv_cutedsl. Got --speculative-algorithm='{algorithm}', --linear-attn-verify-backend='{verify_backend}'. Use --ragged-verify-mode static, or disable --enable-linear-replayssm-spec.")]
@@ -253,8 +265,8 @@ pub enum GateError {
     SpecOnPrefill,
     #[error("B5: --enable-linear-replayssm and --enable-linear-replayssm-spec drive the ring with incompatible cursor protocols. Got both. Enable only one of them.")]
     BothModes,
-    #[error("N1: --enable-linear-replayssm-spec does not support --speculative-algorithm='NGRAM': NGRAM always builds a tree mask. Use a chain drafter (EAGLE, EAGLE3, NEXTN, STANDALONE, DFLASH, DSPARK) with --speculative-eagle-topk 1, or disable --enable-linear-replayssm-spec.")]
-    SpecNgram,
+    #[error("N1: --speculative-algorithm='NGRAM' always builds a tree; --enable-linear-replayssm-spec verifies it with the VT tree kernel, which takes at most {limit} nodes per request (root included). Got --speculative-num-draft-tokens={nodes}. Use --speculative-num-draft-tokens {limit} or fewer, or disable --enable-linear-replayssm-spec.")]
+    SpecNgramTooLarge { nodes: i64, limit: usize },
     #[error("P1: a buffered-decode ring cannot be attached to a {role} pool: the disaggregated pool is not wired for the ring (--enable-linear-replayssm with --disaggregation-mode='{role_flag}'). Use a local pool (--disaggregation-mode null).")]
     RingOnDisaggregatedPool {
         role: &'static str,
@@ -266,6 +278,8 @@ pub enum GateError {
     SpecRingWithoutSpec { mode: &'static str },
     #[error("--speculative-num-draft-tokens must be at least 1. Got --speculative-num-draft-tokens={got}.")]
     DraftTokens { got: i64 },
+    #[error("S1: --enable-linear-replayssm-spec verifies a linear chain with the V kernel, whose window takes at most {limit} draft positions. Got --speculative-num-draft-tokens={got}. Use --speculative-num-draft-tokens {limit} or fewer, or disable --enable-linear-replayssm-spec.")]
+    ChainTooLong { got: i64, limit: usize },
 }
 
 impl GateError {
@@ -276,16 +290,16 @@ impl GateError {
             GateError::BufferedExtraBuffer => "A2",
             GateError::BufferedDisaggregated { .. } => "A3",
             GateError::CacheLen { .. } => "A4",
-            GateError::SpecTree { .. } => "B1",
+            GateError::SpecTopk { .. } | GateError::SpecTreeTooLarge { .. } => "B1",
             GateError::SpecDecodeBackend { .. } => "B2",
             GateError::SpecRaggedVerify { .. } => "B3",
             GateError::SpecOnPrefill => "B4",
             GateError::BothModes => "B5",
-            GateError::SpecNgram => "N1",
+            GateError::SpecNgramTooLarge { .. } => "N1",
             GateError::RingOnDisaggregatedPool { .. }
             | GateError::RingWithoutBufferedDecode
             | GateError::SpecRingWithoutSpec { .. } => "P1",
-            GateError::DraftTokens { .. } => "S1",
+            GateError::DraftTokens { .. } | GateError::ChainTooLong { .. } => "S1",
         }
     }
 }
@@ -304,15 +318,18 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
         }
     }
     let topk = f.speculative_eagle_topk;
+    let tokens = f.speculative_num_draft_tokens.map(|n| n as usize);
     let draft = match (f.speculative_algorithm, topk) {
         (None, _) => DraftShape::None,
         (Some(SpecAlgorithm::Ngram), _) => DraftShape::Tree {
-            topk: topk.unwrap_or(1).max(1) as usize,
+            topk: None,
+            nodes: tokens,
         },
-        (Some(_), Some(k)) if k > 1 => DraftShape::Tree { topk: k as usize },
-        (Some(_), _) => DraftShape::Chain {
-            tokens: f.speculative_num_draft_tokens.map(|n| n as usize),
+        (Some(_), Some(k)) if k > 1 => DraftShape::Tree {
+            topk: Some(k as usize),
+            nodes: tokens,
         },
+        (Some(_), _) => DraftShape::Chain { tokens },
     };
     let verify_backend = f
         .linear_attn_verify_backend
@@ -357,13 +374,38 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
         };
         Mode::Buffered { cache_len }
     } else if spec {
-        if let Some(k) = topk {
-            if k != 1 {
-                return Err(GateError::SpecTree { topk: k });
-            }
+        // B1/N1: trees go to the tree kernels (VT + FT) when they fit; chains to V + F.
+        if let Some(k) = topk.filter(|&k| k < 1) {
+            return Err(GateError::SpecTopk { topk: k });
         }
-        if f.speculative_algorithm == Some(SpecAlgorithm::Ngram) {
-            return Err(GateError::SpecNgram);
+        let n = f.speculative_num_draft_tokens;
+        match draft {
+            DraftShape::Tree { topk, nodes } => match (topk, n) {
+                (Some(k), Some(n)) if nodes > Some(MAX_TREE_NODES) => {
+                    return Err(GateError::SpecTreeTooLarge {
+                        topk: k as i64,
+                        nodes: n,
+                        limit: MAX_TREE_NODES,
+                    })
+                }
+                (None, Some(n)) if nodes > Some(MAX_TREE_NODES) => {
+                    return Err(GateError::SpecNgramTooLarge {
+                        nodes: n,
+                        limit: MAX_TREE_NODES,
+                    })
+                }
+                (_, None) => warnings.push(format!(
+                    "--speculative-num-draft-tokens not given with a draft tree: the VT tree kernel takes at most {MAX_TREE_NODES} nodes per request; a bigger tree is refused at launch"
+                )),
+                _ => {}
+            },
+            DraftShape::Chain { tokens: Some(t) } if t > MAX_DRAFT_TOKENS => {
+                return Err(GateError::ChainTooLong {
+                    got: t as i64,
+                    limit: MAX_DRAFT_TOKENS,
+                })
+            }
+            _ => {}
         }
         if !matches!(
             f.linear_attn_decode_backend,
@@ -470,6 +512,20 @@ flag_enum_from_str!(SpecAlgorithm, "--speculative-algorithm", {
 flag_enum_from_str!(StateDtype, "--mamba-ssm-dtype", { "float32" => StateDtype::Float32, "bfloat16" => StateDtype::Bfloat16, "float16" => StateDtype::Float16 });
 flag_enum_from_str!(VerifyLayout, "--ragged-verify-mode", { "static" => VerifyLayout::Static, "cap-accept" => VerifyLayout::CapAccept, "compact" => VerifyLayout::Compact });
 
+impl ResolvedConfig {
+    /// The kernels this configuration runs, by their SPEC §4 names.
+    pub fn kernels(&self) -> &'static str {
+        match (self.mode, self.draft) {
+            (Mode::Off, _) => "R recurrent decode (baseline; no ReplaySSM kernels)",
+            (Mode::Buffered { .. }, _) => "D buffered decode",
+            (Mode::Spec, DraftShape::Tree { .. }) => {
+                "VT tree verify (strict-ancestor mask) + FT path fold (fold-every-commit)"
+            }
+            (Mode::Spec, _) => "V chain verify (strictly-lower window mask) + F fold-every-commit",
+        }
+    }
+}
+
 impl std::fmt::Display for ResolvedConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mode = match self.mode {
@@ -481,11 +537,16 @@ impl std::fmt::Display for ResolvedConfig {
             DraftShape::None => "none".to_string(),
             DraftShape::Chain { tokens: Some(t) } => format!("linear chain of {t} tokens"),
             DraftShape::Chain { tokens: None } => "linear chain".to_string(),
-            DraftShape::Tree { topk } => format!("tree (top-k {topk})"),
+            DraftShape::Tree { topk, nodes } => {
+                let k = topk.map_or("NGRAM branching".to_string(), |k| format!("top-k {k}"));
+                let n = nodes.map_or(String::new(), |n| format!(", {n} nodes per request"));
+                format!("tree ({k}{n})")
+            }
         };
         writeln!(f, "replayssm mode: {mode}")?;
         writeln!(f, "layer kind: {}", self.kind.name())?;
         writeln!(f, "draft: {draft}")?;
+        writeln!(f, "kernels: {}", self.kernels())?;
         writeln!(
             f,
             "speculative algorithm: {}",

@@ -4,10 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use replayssm::backend::Backend;
+use replayssm::case::CaseKind;
 use replayssm::numerics::Tolerance;
-use replayssm::workload::{RecurrentData, WorkloadSpec};
-use replayssm::{build_info, case, cuda, DType, HeadDims, Variant};
+use replayssm::workload::{RecurrentData, TreeShape, WorkloadSpec};
+use replayssm::{build_info, case, cuda, AcceptedPaths, DType, HeadDims, Variant};
 
 #[derive(Parser)]
 #[command(
@@ -53,16 +56,24 @@ enum Command {
     /// Check engine flags against the capability gates (SPEC §5): exit 0 and print the resolved
     /// configuration when accepted (warnings on stderr), exit 2 with the reason when refused.
     Validate(ValidateArgs),
-    /// Write a case file (recurrent, verify, fold or decode) whose expected tensors come from the f64 reference.
+    /// Write a case file (recurrent, verify, fold, decode, verify_tree or fold_tree) whose expected
+    /// tensors come from the f64 reference.
     MakeCase {
         #[arg(long)]
         out: PathBuf,
-        /// recurrent, verify, fold or decode.
+        /// recurrent, verify, fold, decode, verify_tree or fold_tree.
         #[arg(long, default_value = "recurrent")]
         op: String,
         /// fold only: tokens committed per request (default: random in 0..=window).
         #[arg(long, value_delimiter = ',')]
         accept: Vec<i32>,
+        /// verify_tree, fold_tree: draft tree shape (chain, star, binary, topk<K>, random).
+        #[arg(long, default_value = "topk2")]
+        tree: TreeShape,
+        /// fold_tree only: the deepest accepted node (window position) per request, -1 for none;
+        /// the commit replays its root path (default: a random node or none).
+        #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+        accept_node: Vec<i32>,
         /// decode only: the buffered-decode cache length L.
         #[arg(long, default_value_t = 4)]
         cache_len: usize,
@@ -170,6 +181,8 @@ fn main() -> ExitCode {
             out,
             op,
             accept,
+            tree,
+            accept_node,
             cache_len,
             variant,
             dtype,
@@ -205,23 +218,52 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
             let Some(op) = case::Op::parse(&op) else {
-                eprintln!("make-case: unknown op '{op}' (expected recurrent, verify, fold or decode)");
+                eprintln!(
+                    "make-case: unknown op '{op}' (expected recurrent, verify, fold, decode, verify_tree or fold_tree)"
+                );
                 return ExitCode::FAILURE;
             };
             let data = RecurrentData::random(&spec, seed);
-            let accept: Option<Vec<i32>> = match op {
-                case::Op::Fold if accept.is_empty() => Some(
-                    data.cu_seqlens
-                        .windows(2)
-                        .enumerate()
-                        .map(|(i, w)| ((seed as usize * 7 + i * 3) % (w[1] - w[0] + 1) as usize) as i32)
-                        .collect(),
-                ),
-                case::Op::Fold => Some(accept),
-                _ => None,
+            let accept: Vec<i32> = if accept.is_empty() {
+                data.cu_seqlens
+                    .windows(2)
+                    .enumerate()
+                    .map(|(i, w)| ((seed as usize * 7 + i * 3) % (w[1] - w[0] + 1) as usize) as i32)
+                    .collect()
+            } else {
+                accept
             };
-            let cache_len = (op == case::Op::Decode).then_some(cache_len);
-            match case::write_case(&out, op, &data, accept.as_deref(), cache_len, Tolerance { atol, rtol }) {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7e3e);
+            let draft = match tree.tree(&spec.seqlens, &mut rng) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("make-case: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let nodes: Vec<Option<usize>> = if accept_node.is_empty() {
+                spec.seqlens
+                    .iter()
+                    .map(|&n| rng.gen_range(-1..n as i64))
+                    .map(|x| usize::try_from(x).ok())
+                    .collect()
+            } else {
+                accept_node.iter().map(|&x| usize::try_from(x).ok()).collect()
+            };
+            let accepted = AcceptedPaths::from_nodes(&draft, &nodes);
+            let kind = match (op, &accepted) {
+                (case::Op::Recurrent, _) => CaseKind::Recurrent,
+                (case::Op::Verify, _) => CaseKind::Verify,
+                (case::Op::Fold, _) => CaseKind::Fold { accept: &accept },
+                (case::Op::Decode, _) => CaseKind::Decode { cache_len },
+                (case::Op::VerifyTree, _) => CaseKind::VerifyTree { tree: &draft },
+                (case::Op::FoldTree, Ok(accepted)) => CaseKind::FoldTree { tree: &draft, accepted },
+                (case::Op::FoldTree, Err(e)) => {
+                    eprintln!("make-case: --accept-node: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match case::write_case(&out, kind, &data, Tolerance { atol, rtol }) {
                 Ok(()) => {
                     println!("wrote {}", out.display());
                     ExitCode::SUCCESS

@@ -228,7 +228,10 @@ pub fn tree_outputs<R: Real>(inp: &RecurrentInputs<'_>, parent: &[i32], state_po
             }
             path.reverse();
             for hv in 0..d.hv {
-                let mut s: Vec<R> = ckpt[hv * head..(hv + 1) * head].iter().map(|&x| R::from_f32(x)).collect();
+                let mut s: Vec<R> = ckpt[hv * head..(hv + 1) * head]
+                    .iter()
+                    .map(|&x| R::from_f32(x))
+                    .collect();
                 for &t in &path {
                     step_token(inp, &mut s, t, hv);
                 }
@@ -301,4 +304,18 @@ pub(crate) fn recurrent_into(inp: &RecurrentInputs<'_>, plan: &RecurrentPlan, ou
             dst[base..base + snaps.len()].copy_from_slice(snaps);
         }
     }
+}
+
+/// A path commit in precision `R` (kernel FT's reference): request `r`'s checkpoint `ckpt`
+/// (`[HV, V, K]`) after replaying `path` (window positions within the request, in order).
+pub fn path_state<R: Real>(inp: &RecurrentInputs<'_>, r: usize, path: &[i32], ckpt: &[f32]) -> Vec<R> {
+    let bos = inp.cu_seqlens[r] as usize;
+    let mut s: Vec<R> = ckpt.iter().map(|&x| R::from_f32(x)).collect();
+    let head = inp.dims.v * inp.dims.k;
+    for (hv, sh) in s.chunks_exact_mut(head).enumerate() {
+        for &pos in path {
+            step_token(inp, sh, bos + pos as usize, hv);
+        }
+    }
+    s
 }

@@ -54,7 +54,9 @@ impl DraftTree {
         }
         for (r, w) in cu_seqlens.windows(2).enumerate() {
             if w[1] < w[0] {
-                return Err(tree_error(format!("cu_seqlens decreases at request {r}: {cu_seqlens:?}")));
+                return Err(tree_error(format!(
+                    "cu_seqlens decreases at request {r}: {cu_seqlens:?}"
+                )));
             }
             let nodes = (w[1] - w[0]) as usize;
             if nodes > MAX_TREE_NODES {
@@ -126,10 +128,14 @@ impl DraftTree {
     }
     /// Longest root path of request `r`'s tree (0 for an empty request).
     pub fn depth(&self, r: usize) -> usize {
-        (0..self.nodes(r)).map(|i| self.root_path(r, i).len()).max().unwrap_or(0)
+        (0..self.nodes(r))
+            .map(|i| self.root_path(r, i).len())
+            .max()
+            .unwrap_or(0)
     }
 
-    fn check_matches(&self, cu_seqlens: &[i32]) -> Result<()> {
+    /// Refuses a tree built for other request ranges than `cu_seqlens`.
+    pub fn check_matches(&self, cu_seqlens: &[i32]) -> Result<()> {
         if self.cu_seqlens != cu_seqlens {
             return Err(tree_error(format!(
                 "the tree was built for cu_seqlens {:?}, the verify's are {cu_seqlens:?}",
@@ -176,7 +182,10 @@ impl AcceptedPaths {
                 if node >= tree.nodes(b) {
                     return Err(Error::InvalidValue {
                         what: "accept_path",
-                        why: format!("row {b} is {row:?}: position {node} is not a node of request {b}'s tree ({} nodes)", tree.nodes(b)),
+                        why: format!(
+                            "row {b} is {row:?}: position {node} is not a node of request {b}'s tree ({} nodes)",
+                            tree.nodes(b)
+                        ),
                     });
                 }
                 if tree.parent_of(b, node) != expected_parent {

@@ -244,7 +244,9 @@ impl TreeShape {
         match self {
             TreeShape::Chain => (0..nodes as i32).map(|i| i - 1).collect(),
             TreeShape::Star => (0..nodes).map(|i| if i == 0 { -1 } else { 0 }).collect(),
-            TreeShape::Binary => (0..nodes as i32).map(|i| if i == 0 { -1 } else { (i - 1) / 2 }).collect(),
+            TreeShape::Binary => (0..nodes as i32)
+                .map(|i| if i == 0 { -1 } else { (i - 1) / 2 })
+                .collect(),
             TreeShape::TopK(k) => {
                 let mut parent = vec![];
                 let mut level: Vec<i32> = vec![];
@@ -269,6 +271,17 @@ impl TreeShape {
         }
     }
 
+    /// The spelling [`FromStr`](std::str::FromStr) reads: `chain`, `star`, `binary`, `topk<K>`, `random`.
+    pub fn name(self) -> String {
+        match self {
+            TreeShape::Chain => "chain".into(),
+            TreeShape::Star => "star".into(),
+            TreeShape::Binary => "binary".into(),
+            TreeShape::TopK(k) => format!("topk{k}"),
+            TreeShape::Random => "random".into(),
+        }
+    }
+
     /// A [`DraftTree`] over requests of `seqlens` nodes each.
     pub fn tree(self, seqlens: &[usize], rng: &mut impl Rng) -> crate::Result<DraftTree> {
         let mut parent = vec![];
@@ -278,5 +291,25 @@ impl TreeShape {
             cu.push(cu[cu.len() - 1] + n as i32);
         }
         DraftTree::new(parent, &cu)
+    }
+}
+
+impl std::str::FromStr for TreeShape {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "chain" => TreeShape::Chain,
+            "star" => TreeShape::Star,
+            "binary" => TreeShape::Binary,
+            "random" => TreeShape::Random,
+            _ => match s.strip_prefix("topk").and_then(|k| k.parse::<usize>().ok()) {
+                Some(k) if k >= 1 => TreeShape::TopK(k),
+                _ => {
+                    return Err(format!(
+                        "invalid tree shape '{s}' (expected chain, star, binary, topk<K> with K >= 1, or random)"
+                    ))
+                }
+            },
+        })
     }
 }

@@ -108,35 +108,22 @@ fn broken_cases_fail_with_a_clear_message() {
 
     // Another format version in the metadata.
     let p = tmp("version.safetensors");
-    let text = String::from_utf8_lossy(&good[8..8 + header]).replace("replayssm-case/1", "replayssm-case/9");
-    let mut v = (text.len() as u64).to_le_bytes().to_vec();
-    v.extend_from_slice(text.as_bytes());
-    v.extend_from_slice(&good[8 + header..]);
-    std::fs::write(&p, &v).unwrap();
+    std::fs::write(
+        &p,
+        edit_header(&good, |t| t.replace("replayssm-case/1", "replayssm-case/9")),
+    )
+    .unwrap();
     check_fails(&p, "replayssm-case/9");
 
     // A missing tensor: rename "state_out" in the header.
     let p = tmp("missing_tensor.safetensors");
-    let text = String::from_utf8_lossy(&good[8..8 + header]).replace("\"state_out\"", "\"state_xxx\"");
-    let mut v = (text.len() as u64).to_le_bytes().to_vec();
-    v.extend_from_slice(text.as_bytes());
-    v.extend_from_slice(&good[8 + header..]);
-    std::fs::write(&p, &v).unwrap();
+    std::fs::write(&p, edit_header(&good, |t| t.replace("\"state_out\"", "\"state_xxx\""))).unwrap();
     check_fails(&p, "missing tensor 'state_out'");
 
     // A decode case without its cache length.
-    let dec = cases()
-        .into_iter()
-        .find(|p| p.to_string_lossy().contains("decode_"))
-        .expect("a shipped decode case");
-    let d = std::fs::read(&dec).unwrap();
-    let dh = u64::from_le_bytes(d[..8].try_into().unwrap()) as usize;
+    let d = std::fs::read(shipped("decode_")).unwrap();
     let p = tmp("decode_no_cache_len.safetensors");
-    let text = String::from_utf8_lossy(&d[8..8 + dh]).replace("\"cache_len\"", "\"cache_lxx\"");
-    let mut v = (text.len() as u64).to_le_bytes().to_vec();
-    v.extend_from_slice(text.as_bytes());
-    v.extend_from_slice(&d[8 + dh..]);
-    std::fs::write(&p, &v).unwrap();
+    std::fs::write(&p, edit_header(&d, |t| t.replace("\"cache_len\"", "\"cache_lxx\""))).unwrap();
     check_fails(&p, "cache_len");
 
     // One bad file among good ones still fails the whole run.
@@ -144,6 +131,110 @@ fn broken_cases_fail_with_a_clear_message() {
     args.push(p);
     let out = bin().arg("check").args(&args).output().unwrap();
     assert!(!out.status.success());
+}
+
+/// `good` with its safetensors header text edited by `f`.
+fn edit_header(good: &[u8], f: impl Fn(String) -> String) -> Vec<u8> {
+    let header = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    let text = f(String::from_utf8_lossy(&good[8..8 + header]).into_owned());
+    let mut v = (text.len() as u64).to_le_bytes().to_vec();
+    v.extend_from_slice(text.as_bytes());
+    v.extend_from_slice(&good[8 + header..]);
+    v
+}
+
+/// `good` with the i32 tensor `name` overwritten by `values` (same length).
+fn edit_i32(good: &[u8], name: &str, values: &[i32]) -> Vec<u8> {
+    let header = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    let (_, meta) = safetensors::SafeTensors::read_metadata(good).unwrap();
+    let (start, end) = meta.info(name).unwrap().data_offsets;
+    assert_eq!(end - start, values.len() * 4, "{name}");
+    let mut v = good.to_vec();
+    for (i, x) in values.iter().enumerate() {
+        let at = 8 + header + start + 4 * i;
+        v[at..at + 4].copy_from_slice(&x.to_le_bytes());
+    }
+    v
+}
+
+fn shipped(prefix: &str) -> PathBuf {
+    cases()
+        .into_iter()
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap_or_else(|| panic!("a shipped {prefix}* case"))
+}
+
+#[test]
+fn tree_cases_use_their_parents_and_paths_and_refuse_bad_ones() {
+    // The same file read as a chain verify/fold (parents ignored) no longer matches: the tree
+    // expectations are not what V computes for a non-chain tree.
+    let vt = std::fs::read(shipped("verify_tree_gdn")).unwrap();
+    let p = tmp("tree_as_chain.safetensors");
+    std::fs::write(&p, edit_header(&vt, |t| t.replace("\"verify_tree\"", "\"verify\""))).unwrap();
+    check_fails(&p, "FAIL");
+
+    // A parent that is not earlier in its request's window.
+    let ft = std::fs::read(shipped("fold_tree_gdn")).unwrap();
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&ft).unwrap();
+    let nodes = meta.info("parent").unwrap().shape[0];
+    let mut parent: Vec<i32> = (0..nodes as i32).map(|i| i - 1).collect();
+    parent[1] = 1;
+    let p = tmp("tree_bad_parent.safetensors");
+    std::fs::write(&p, edit_i32(&ft, "parent", &parent)).unwrap();
+    check_fails(&p, "tensor 'parent'");
+
+    // An accepted path that does not follow parent links.
+    let shape = &meta.info("accept_path").unwrap().shape;
+    let mut path = vec![-1i32; shape[0] * shape[1]];
+    path[0] = 1; // node 1's parent is 0, not the checkpoint
+    let p = tmp("tree_bad_path.safetensors");
+    std::fs::write(&p, edit_i32(&ft, "accept_path", &path)).unwrap();
+    check_fails(&p, "tensor 'accept_path'");
+
+    // A different (valid) accepted path than the one the expectations were made for.
+    let mut path = vec![-1i32; shape[0] * shape[1]];
+    path[0] = 0;
+    let p = tmp("tree_other_path.safetensors");
+    std::fs::write(&p, edit_i32(&ft, "accept_path", &path)).unwrap();
+    check_fails(&p, "FAIL");
+
+    // fold_tree without accept_path.
+    let p = tmp("tree_no_path.safetensors");
+    std::fs::write(
+        &p,
+        edit_header(&ft, |t| t.replace("\"accept_path\"", "\"accept_xxxx\"")),
+    )
+    .unwrap();
+    check_fails(&p, "missing tensor 'accept_path'");
+}
+
+#[test]
+fn make_case_writes_tree_cases_that_check_passes() {
+    for (op, extra) in [
+        ("verify_tree", vec!["--tree", "star"]),
+        ("fold_tree", vec!["--tree", "topk3", "--accept-node", "5,-1"]),
+    ] {
+        let p = tmp(&format!("made_{op}.safetensors"));
+        let out = bin()
+            .args(["make-case", "--op", op, "--out"])
+            .arg(&p)
+            .args(["--seqlens", "8,4", "--atol", "1e-4", "--rtol", "8e-3"])
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = bin().arg("check").arg(&p).output().unwrap();
+        let s = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && s.contains(&format!("op={op}")), "{s}");
+    }
+    let out = bin()
+        .args(["make-case", "--op", "fold_tree", "--accept-node", "9", "--seqlens", "8"])
+        .args(["--atol", "1e-4", "--rtol", "8e-3", "--out"])
+        .arg(tmp("never.safetensors"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--accept-node"));
 }
 
 #[test]

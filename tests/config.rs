@@ -4,7 +4,7 @@ use std::process::Command;
 
 use rand::{Rng, SeedableRng};
 use replayssm::config::*;
-use replayssm::{CheckpointPool, DType, DecodeRing, Error, HeadDims, SpecRing, Variant};
+use replayssm::{CheckpointPool, DType, DecodeRing, Error, HeadDims, SpecRing, Variant, MAX_TREE_NODES};
 
 fn spec_flags() -> EngineFlags {
     EngineFlags {
@@ -139,38 +139,117 @@ fn a4_cache_len_must_be_positive() {
 }
 
 #[test]
-fn b1_spec_needs_a_linear_chain() {
-    for k in [2, 4, 0] {
-        let f = EngineFlags {
+fn b1_trees_use_the_tree_kernels_up_to_their_node_limit() {
+    // topk > 1 within the limit: accepted, served by VT + FT.
+    for (k, n) in [(2, 4), (4, 8), (4, MAX_TREE_NODES as i64)] {
+        let cfg = accepted(&EngineFlags {
             speculative_eagle_topk: Some(k),
+            speculative_num_draft_tokens: Some(n),
             ..spec_flags()
-        };
+        });
+        assert_eq!(
+            cfg.draft,
+            DraftShape::Tree {
+                topk: Some(k as usize),
+                nodes: Some(n as usize)
+            }
+        );
+        assert!(cfg.kernels().contains("VT tree verify"), "{}", cfg.kernels());
+        assert!(cfg.to_string().contains("VT tree verify"), "{cfg}");
+        assert!(cfg.warnings.iter().all(|w| !w.contains("tree")), "{:?}", cfg.warnings);
+    }
+    // Unknown node count: accepted with a warning that states the limit.
+    let cfg = accepted(&EngineFlags {
+        speculative_eagle_topk: Some(4),
+        speculative_num_draft_tokens: None,
+        ..spec_flags()
+    });
+    assert_eq!(
+        cfg.draft,
+        DraftShape::Tree {
+            topk: Some(4),
+            nodes: None
+        }
+    );
+    assert!(
+        cfg.warnings
+            .iter()
+            .any(|w| w.contains(&format!("at most {MAX_TREE_NODES} nodes"))),
+        "{:?}",
+        cfg.warnings
+    );
+    // Too many nodes: refused, naming the limit.
+    let limit = MAX_TREE_NODES.to_string();
+    let over = MAX_TREE_NODES as i64 + 1;
+    refused(
+        &EngineFlags {
+            speculative_eagle_topk: Some(4),
+            speculative_num_draft_tokens: Some(over),
+            ..spec_flags()
+        },
+        "B1",
+        &[
+            "--speculative-eagle-topk=4",
+            &format!("--speculative-num-draft-tokens={over}"),
+            &format!("at most {limit} nodes"),
+        ],
+    );
+    // topk < 1 means nothing.
+    for k in [0, -1] {
         refused(
-            &f,
+            &EngineFlags {
+                speculative_eagle_topk: Some(k),
+                ..spec_flags()
+            },
             "B1",
-            &[
-                "--enable-linear-replayssm-spec",
-                "--speculative-eagle-topk",
-                &format!("={k}"),
-            ],
+            &["--speculative-eagle-topk", &format!("={k}")],
         );
     }
+    // topk 1 (or unset) stays a chain on V + F.
     let ok = accepted(&EngineFlags {
         speculative_eagle_topk: Some(1),
         ..spec_flags()
     });
     assert_eq!(ok.draft, DraftShape::Chain { tokens: Some(4) });
+    assert!(ok.kernels().starts_with("V chain verify"), "{}", ok.kernels());
     accepted(&EngineFlags {
         speculative_eagle_topk: None,
         ..spec_flags()
     });
-    // Without the spec ring a tree is fine (nothing of ours runs on it).
+    // Without the spec ring any tree is fine (nothing of ours runs on it).
     let tree = accepted(&EngineFlags {
         enable_linear_replayssm_spec: false,
         speculative_eagle_topk: Some(4),
+        speculative_num_draft_tokens: Some(64),
         ..spec_flags()
     });
-    assert_eq!(tree.draft, DraftShape::Tree { topk: 4 });
+    assert_eq!(
+        tree.draft,
+        DraftShape::Tree {
+            topk: Some(4),
+            nodes: Some(64)
+        }
+    );
+}
+
+#[test]
+fn s1_chain_longer_than_the_verify_window_is_refused_early() {
+    let over = MAX_DRAFT_TOKENS as i64 + 1;
+    refused(
+        &EngineFlags {
+            speculative_num_draft_tokens: Some(over),
+            ..spec_flags()
+        },
+        "S1",
+        &[
+            &format!("--speculative-num-draft-tokens={over}"),
+            &format!("at most {MAX_DRAFT_TOKENS}"),
+        ],
+    );
+    accepted(&EngineFlags {
+        speculative_num_draft_tokens: Some(MAX_DRAFT_TOKENS as i64),
+        ..spec_flags()
+    });
 }
 
 #[test]
@@ -285,16 +364,37 @@ fn b6_b7_state_dtype_resolution_and_warning() {
 }
 
 #[test]
-fn n1_ngram_is_refused_with_the_spec_ring() {
-    let f = EngineFlags {
+fn n1_ngram_trees_use_the_tree_kernels_up_to_their_node_limit() {
+    let ngram = |n: Option<i64>| EngineFlags {
         speculative_algorithm: Some(SpecAlgorithm::Ngram),
         speculative_eagle_topk: None,
+        speculative_num_draft_tokens: n,
         ..spec_flags()
     };
+    let cfg = accepted(&ngram(Some(8)));
+    assert_eq!(
+        cfg.draft,
+        DraftShape::Tree {
+            topk: None,
+            nodes: Some(8)
+        }
+    );
+    assert!(cfg.kernels().contains("VT tree verify"), "{}", cfg.kernels());
+    let over = MAX_TREE_NODES as i64 + 1;
     refused(
-        &f,
+        &ngram(Some(over)),
         "N1",
-        &["--enable-linear-replayssm-spec", "--speculative-algorithm", "'NGRAM'"],
+        &[
+            "--speculative-algorithm='NGRAM'",
+            &format!("--speculative-num-draft-tokens={over}"),
+            &format!("at most {MAX_TREE_NODES} nodes"),
+        ],
+    );
+    let unknown = accepted(&ngram(None));
+    assert!(
+        unknown.warnings.iter().any(|w| w.contains("tree")),
+        "{:?}",
+        unknown.warnings
     );
 }
 
@@ -365,7 +465,7 @@ fn random_flags(r: &mut impl Rng) -> EngineFlags {
         },
         speculative_algorithm: r.gen_bool(0.8).then(|| algos[pick(r, 7) as usize]),
         speculative_eagle_topk: r.gen_bool(0.5).then(|| r.gen_range(-1..5)),
-        speculative_num_draft_tokens: r.gen_bool(0.5).then(|| r.gen_range(-1..17)),
+        speculative_num_draft_tokens: r.gen_bool(0.5).then(|| r.gen_range(-1..24)),
         linear_attn_decode_backend: KernelFamily::parse(backends[pick(r, 5) as usize]),
         linear_attn_verify_backend: r
             .gen_bool(0.5)
@@ -401,10 +501,17 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                         assert!(spec_ring.is_err());
                     }
                     Mode::Spec => {
-                        assert!(
-                            !matches!(cfg.draft, DraftShape::Tree { .. }),
-                            "spec ring accepted with a tree: {f:?}"
-                        );
+                        match cfg.draft {
+                            DraftShape::Tree { nodes, .. } => {
+                                assert!(nodes.unwrap_or(0) <= MAX_TREE_NODES, "tree over the limit: {f:?}");
+                                assert!(cfg.kernels().contains("VT"), "{f:?}");
+                            }
+                            DraftShape::Chain { tokens } => {
+                                assert!(tokens.unwrap_or(0) <= MAX_DRAFT_TOKENS, "chain over the limit: {f:?}");
+                                assert!(cfg.kernels().starts_with("V "), "{f:?}");
+                            }
+                            DraftShape::None => {}
+                        }
                         assert_ne!(cfg.pool_role, PoolRole::PdPrefill);
                         assert!(DecodeRing::attach(&pool).is_err());
                         assert!(spec_ring.is_ok(), "{f:?}");
@@ -472,4 +579,45 @@ fn validate_cli_exit_codes_and_messages() {
     let (code, out, _) = validate(&[]);
     assert_eq!(code, 0);
     assert!(out.contains("replayssm mode: off"), "{out}");
+}
+
+#[test]
+fn validate_cli_accepts_an_eagle_tree_and_names_the_tree_kernel() {
+    let (code, out, err) = validate(&[
+        "--enable-linear-replayssm-spec",
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-eagle-topk",
+        "4",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("kernels: VT tree verify"), "{out}");
+    assert!(out.contains("draft: tree (top-k 4)"), "{out}");
+    assert!(err.contains(&format!("at most {MAX_TREE_NODES} nodes")), "{err}");
+    let (code, out, err) = validate(&[
+        "--enable-linear-replayssm-spec",
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-num-draft-tokens",
+        "12",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("kernels: VT tree verify") && out.contains("12 nodes"),
+        "{out}"
+    );
+    let (code, _, err) = validate(&[
+        "--enable-linear-replayssm-spec",
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-eagle-topk",
+        "4",
+        "--speculative-num-draft-tokens",
+        "64",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("B1") && err.contains(&format!("at most {MAX_TREE_NODES} nodes")),
+        "{err}"
+    );
 }

@@ -139,7 +139,10 @@ fn tree_outputs_match_f64_along_every_root_path() {
                 // The null request's outputs are exact zeros.
                 let row = dims.hv * dims.v;
                 let null = data.cu_seqlens[1] as usize * row..data.cu_seqlens[2] as usize * row;
-                assert!(o.to_f32()[null].iter().all(|&x| x.to_bits() == 0), "{what}: null request");
+                assert!(
+                    o.to_f32()[null].iter().all(|&x| x.to_bits() == 0),
+                    "{what}: null request"
+                );
                 // The checkpoint is read only.
                 bits_equal(pool.state(), &before).unwrap_or_else(|e| panic!("{what}: checkpoint changed: {e}"));
                 // The ring holds the window's raw records at window positions, exactly as V
@@ -235,10 +238,22 @@ fn tree_commit_chain(backend: Backend, variant: Variant, dims: HeadDims, dtype: 
             .collect();
         let paths = AcceptedPaths::from_nodes(&tree, &accepted).unwrap();
         let track_slots: Vec<i32> = (0..batch)
-            .map(|b| if paths.lens()[b] > 0 && r.gen_bool(0.4) { track_pool[b] } else { -1 })
+            .map(|b| {
+                if paths.lens()[b] > 0 && r.gen_bool(0.4) {
+                    track_pool[b]
+                } else {
+                    -1
+                }
+            })
             .collect();
         let track_steps: Vec<i32> = (0..batch)
-            .map(|b| if track_slots[b] >= 0 { r.gen_range(0..paths.lens()[b]) } else { -1 })
+            .map(|b| {
+                if track_slots[b] >= 0 {
+                    r.gen_range(0..paths.lens()[b])
+                } else {
+                    -1
+                }
+            })
             .collect();
         let track = Track {
             slots: &track_slots,
@@ -278,7 +293,9 @@ fn tree_commit_chain(backend: Backend, variant: Variant, dims: HeadDims, dtype: 
                     let at = shape.pool_offset(l, track_slots[b] as usize);
                     let want = (b * tmax + track_steps[b] as usize) * per_slot;
                     bits_equal(&pool_ft.state()[at..at + per_slot], &snaps[want..want + per_slot]).unwrap_or_else(
-                        |e| panic!("{backend} {variant} {dtype} step {step} layer {l} request {b}: track snapshot: {e}"),
+                        |e| {
+                            panic!("{backend} {variant} {dtype} step {step} layer {l} request {b}: track snapshot: {e}")
+                        },
                     );
                 }
             }
@@ -318,13 +335,27 @@ const SMALL: HeadDims = HeadDims {
 #[test]
 fn path_fold_is_bit_identical_to_recurrent_along_the_path_over_2000_steps_gdn() {
     let seed = 9700 + std::process::id() as u64;
-    tree_commit_chain(Backend::Emulated, Variant::Gdn, SMALL, DType::BF16, tree_steps(2000), seed);
+    tree_commit_chain(
+        Backend::Emulated,
+        Variant::Gdn,
+        SMALL,
+        DType::BF16,
+        tree_steps(2000),
+        seed,
+    );
 }
 
 #[test]
 fn path_fold_is_bit_identical_to_recurrent_along_the_path_over_2000_steps_kda() {
     let seed = 9800 + std::process::id() as u64;
-    tree_commit_chain(Backend::Emulated, Variant::Kda, SMALL, DType::F32, tree_steps(2000), seed);
+    tree_commit_chain(
+        Backend::Emulated,
+        Variant::Kda,
+        SMALL,
+        DType::F32,
+        tree_steps(2000),
+        seed,
+    );
 }
 
 #[test]
@@ -384,7 +415,7 @@ fn trees_and_paths_refuse_bad_input() {
     assert_eq!(tree.root_path(0, 2), vec![0, 2]);
     assert_eq!(tree.depth(0), 2);
     for (paths, width, needle) in [
-        (vec![1, -1, 0, -1], 2, "parent"),    // does not start at a root
+        (vec![1, -1, 0, -1], 2, "parent"),      // does not start at a root
         (vec![0, 1, 2, 0, 1, -1], 3, "parent"), // 1 -> 2 is not a parent link
         (vec![0, -1, 5, 0, -1, -1], 3, "-1 padding"),
         (vec![0, 2, -1, 0, 7, -1], 3, "not a node"),
@@ -418,7 +449,10 @@ fn trees_and_paths_refuse_bad_input() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("cu_seqlens"), "{e}");
-    assert!(o.to_f32().iter().all(|x| x.is_nan()), "outputs touched by a refused launch");
+    assert!(
+        o.to_f32().iter().all(|x| x.is_nan()),
+        "outputs touched by a refused launch"
+    );
     let mut ring = SpecRing::new(shape, true).unwrap();
     run_verify_tree(Backend::Emulated, &data, &tree, &pool, 0, Some(&mut ring)).unwrap();
     // Ring window 4 is too small for a path through position 4.
@@ -460,7 +494,11 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
     };
     let n = data.num_tokens();
     let row = dims.hv * dims.v;
-    for parent in [[-1, 0, 1, 1, -1, 0, 3], [-1, 0, 1, 1, -1, 7, 0], [-1, 0, 1, 1, -9, 0, 0]] {
+    for parent in [
+        [-1, 0, 1, 1, -1, 0, 3],
+        [-1, 0, 1, 1, -1, 7, 0],
+        [-1, 0, 1, 1, -9, 0, 0],
+    ] {
         let mut o = vec![f32::NAN; n * row];
         let mut word = 0u32;
         let p = ffi::rssm_verify_params {
@@ -504,10 +542,20 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
         let st = unsafe { ffi::rssm_emu_verify(&p, std::ptr::null_mut()) };
         assert_eq!(st, ffi::rssm_status_RSSM_OK);
         assert_eq!(word, ffi::RSSM_DEVERR_BAD_TREE, "{parent:?}: not flagged");
-        assert!(o[4 * row..].iter().all(|x| x.to_bits() == 0), "{parent:?}: skipped request not zeroed");
+        assert!(
+            o[4 * row..].iter().all(|x| x.to_bits() == 0),
+            "{parent:?}: skipped request not zeroed"
+        );
         let tree0 = DraftTree::new(parent[..4].to_vec(), &[0, 4]).unwrap();
         let d0 = data.gather(&(0..4).map(Some).collect::<Vec<_>>(), vec![0, 4]);
-        let oracle = path_oracle(&RecurrentData { slots: vec![data.slots[0]], ..d0 }, &tree0, pool.state());
+        let oracle = path_oracle(
+            &RecurrentData {
+                slots: vec![data.slots[0]],
+                ..d0
+            },
+            &tree0,
+            pool.state(),
+        );
         let c = compare(&o[..4 * row], &oracle, output_tolerance(DType::F32));
         assert!(c.passed(), "{parent:?}: live request {c}");
     }
@@ -562,9 +610,14 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
             bits_equal(&b[guard + s0..guard + s0 + per], &pool.state()[s0..s0 + per]).is_err(),
             "{paths:?}: request 0 not folded"
         );
-        assert!(b[..guard].iter().all(|x| x.to_bits() == 0x7fc0_dead), "write before the pool");
         assert!(
-            b[guard + pool.state().len()..].iter().all(|x| x.to_bits() == 0x7fc0_beef),
+            b[..guard].iter().all(|x| x.to_bits() == 0x7fc0_dead),
+            "write before the pool"
+        );
+        assert!(
+            b[guard + pool.state().len()..]
+                .iter()
+                .all(|x| x.to_bits() == 0x7fc0_beef),
             "write after the pool"
         );
     }
