@@ -5,7 +5,7 @@
 //! device-side parents and paths skipped and flagged.
 mod common;
 
-use common::spec_chain::{pool_for, rng, run_verify, spec_pool};
+use common::spec_chain::{pool_for, rng, run_verify, run_verify_tree, spec_pool};
 use common::*;
 use rand::Rng;
 use replayssm::backend::Backend;
@@ -16,30 +16,7 @@ use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::Track;
 use replayssm::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree, MAX_TREE_NODES};
 use replayssm::workload::{GateData, RecurrentData, TreeShape};
-use replayssm::{ActBuffer, CheckpointPool, DType, Error, HeadDims, RecurrentOutputs, Variant};
-
-fn run_verify_tree(
-    backend: Backend,
-    data: &RecurrentData,
-    tree: &DraftTree,
-    pool: &CheckpointPool,
-    layer: usize,
-    ring: Option<&mut SpecRing>,
-) -> replayssm::Result<ActBuffer> {
-    let d = data.dims;
-    let n = data.num_tokens();
-    let mut o = ActBuffer::nan(data.dtype, n * d.hv * d.v);
-    verify_tree(
-        backend,
-        &data.inputs(),
-        tree,
-        pool,
-        layer,
-        &mut o.dense_mut(n, d.hv * d.v),
-        ring,
-    )?;
-    Ok(o)
-}
+use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
 
 /// The tokens of request `r`'s root path to node `i`, as a one-request workload.
 fn path_workload(data: &RecurrentData, tree: &DraftTree, r: usize, path: &[usize]) -> RecurrentData {

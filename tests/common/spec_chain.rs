@@ -1,10 +1,12 @@
-//! Shared by tests/spec.rs and tests/gpu.rs: pools, verify runs and the chained-commit check.
+//! Shared by tests/spec.rs, tests/tree.rs and tests/gpu.rs: pools, verify runs and the chained-commit check.
 
 use rand::{Rng, SeedableRng};
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
+use replayssm::dtype::ActViewMut;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::{fold, replay, verify, Track};
+use replayssm::tree::{verify_tree, DraftTree};
 use replayssm::workload::RecurrentData;
 use replayssm::{ActBuffer, CheckpointPool, DType, HeadDims, RecurrentOutputs, Variant};
 
@@ -39,6 +41,18 @@ pub fn pool_for(data: &RecurrentData, layers: usize, window: usize, seed: u64) -
     (shape, spec_pool(&shape, &state))
 }
 
+/// Runs a verify `launch` into fresh NaN-poisoned outputs `[N, HV, V]` and returns them.
+fn poisoned_outputs(
+    data: &RecurrentData,
+    launch: impl FnOnce(&mut ActViewMut<'_>) -> replayssm::Result<()>,
+) -> replayssm::Result<ActBuffer> {
+    let d = data.dims;
+    let n = data.num_tokens();
+    let mut o = ActBuffer::nan(data.dtype, n * d.hv * d.v);
+    launch(&mut o.dense_mut(n, d.hv * d.v))?;
+    Ok(o)
+}
+
 pub fn run_verify(
     backend: Backend,
     data: &RecurrentData,
@@ -46,18 +60,23 @@ pub fn run_verify(
     layer: usize,
     ring: Option<&mut SpecRing>,
 ) -> replayssm::Result<ActBuffer> {
-    let d = data.dims;
-    let n = data.num_tokens();
-    let mut o = ActBuffer::nan(data.dtype, n * d.hv * d.v);
-    verify(
-        backend,
-        &data.inputs(),
-        pool,
-        layer,
-        &mut o.dense_mut(n, d.hv * d.v),
-        ring,
-    )?;
-    Ok(o)
+    poisoned_outputs(data, |o| {
+        verify(backend, &data.inputs(), pool, layer, o, ring).map(|_| ())
+    })
+}
+
+/// Kernel VT on `tree` (tests/tree.rs).
+pub fn run_verify_tree(
+    backend: Backend,
+    data: &RecurrentData,
+    tree: &DraftTree,
+    pool: &CheckpointPool,
+    layer: usize,
+    ring: Option<&mut SpecRing>,
+) -> replayssm::Result<ActBuffer> {
+    poisoned_outputs(data, |o| {
+        verify_tree(backend, &data.inputs(), tree, pool, layer, o, ring).map(|_| ())
+    })
 }
 
 /// One chain of commits: every step draws a fresh window per request, verifies every layer
