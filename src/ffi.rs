@@ -37,3 +37,7 @@ assert_layout!(rssm_replay_params, size = 112, {
 assert_layout!(rssm_decode_params, size = 248, {
     q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, slots = 72, positions = 80, force_flush = 88, state = 96, ring_d = 104, ring_k = 112, ring_g = 120, o = 128, error_word = 136, q_stride = 144, k_stride = 152, v_stride = 160, a_stride = 168, b_stride = 176, o_stride = 184, batch = 192, num_slots = 196, num_layers = 200, layer = 204, cache_len = 208, H = 212, HV = 216, K = 220, V = 224, scale = 228, dtype = 232, variant = 236, qk_l2norm = 240, reserved = 244,
 });
+
+assert_layout!(rssm_cursor_params, size = 56, {
+    cursors = 0, slots = 8, positions = 16, force_flush = 24, error_word = 32, batch = 40, num_slots = 44, cache_len = 48, op = 52,
+});

@@ -8,10 +8,11 @@
 //! `tests/recurrent.rs`. Kernels V, F, P: [`spec`], `device/verify.cuh`, `device/replay.cuh`,
 //! `tests/spec.rs`. Kernel D (buffered decode): [`decode`], `device/decode.cuh`,
 //! `tests/decode.rs`. Capability gates: [`config`]; pools and rings: [`pool`], [`ring`],
-//! [`decode::DecodeRing`].
+//! [`decode::DecodeRing`]. C ABI for other engines: [`capi`] (header `include/replayssm.h`).
 
 pub mod backend;
 pub mod build_info;
+pub mod capi;
 pub mod case;
 pub mod config;
 pub mod cuda;
@@ -19,6 +20,7 @@ pub mod decode;
 pub mod demo;
 pub mod dtype;
 pub mod emulator;
+pub mod engine_args;
 pub mod error;
 pub mod ffi;
 mod launch;

@@ -55,7 +55,7 @@ enum Command {
     },
     /// Check engine flags against the capability gates (SPEC §5): exit 0 and print the resolved
     /// configuration when accepted (warnings on stderr), exit 2 with the reason when refused.
-    Validate(ValidateArgs),
+    Validate(replayssm::engine_args::EngineArgs),
     /// Write a case file (recurrent, verify, fold, decode, verify_tree or fold_tree) whose expected
     /// tensors come from the f64 reference.
     MakeCase {
@@ -101,54 +101,9 @@ enum Command {
     },
 }
 
-/// The engine flags, spelled as SGLang spells them.
-#[derive(clap::Args)]
-struct ValidateArgs {
-    #[arg(long)]
-    enable_linear_replayssm: bool,
-    #[arg(long)]
-    enable_linear_replayssm_spec: bool,
-    #[arg(long, allow_negative_numbers = true)]
-    linear_replayssm_cache_len: Option<i64>,
-    #[arg(long, default_value = "null")]
-    disaggregation_mode: replayssm::config::PoolRole,
-    #[arg(long, default_value = "no_buffer")]
-    mamba_radix_cache_strategy: replayssm::config::RadixCacheStrategy,
-    #[arg(long)]
-    speculative_algorithm: Option<replayssm::config::SpecAlgorithm>,
-    #[arg(long, allow_negative_numbers = true)]
-    speculative_eagle_topk: Option<i64>,
-    #[arg(long, allow_negative_numbers = true)]
-    speculative_num_draft_tokens: Option<i64>,
-    #[arg(long, default_value = "triton")]
-    linear_attn_decode_backend: String,
-    #[arg(long)]
-    linear_attn_verify_backend: Option<String>,
-    #[arg(long)]
-    mamba_ssm_dtype: Option<replayssm::config::StateDtype>,
-    #[arg(long, default_value = "static")]
-    ragged_verify_mode: replayssm::config::VerifyLayout,
-    #[arg(long, default_value = "gdn")]
-    linear_attn_kind: Variant,
-}
-
-fn validate(a: ValidateArgs) -> ExitCode {
-    use replayssm::config::{resolve, EngineFlags, KernelFamily};
-    let flags = EngineFlags {
-        enable_linear_replayssm: a.enable_linear_replayssm,
-        enable_linear_replayssm_spec: a.enable_linear_replayssm_spec,
-        linear_replayssm_cache_len: a.linear_replayssm_cache_len,
-        disaggregation_mode: a.disaggregation_mode,
-        mamba_radix_cache_strategy: a.mamba_radix_cache_strategy,
-        speculative_algorithm: a.speculative_algorithm,
-        speculative_eagle_topk: a.speculative_eagle_topk,
-        speculative_num_draft_tokens: a.speculative_num_draft_tokens,
-        linear_attn_decode_backend: KernelFamily::parse(&a.linear_attn_decode_backend),
-        linear_attn_verify_backend: a.linear_attn_verify_backend.as_deref().map(KernelFamily::parse),
-        mamba_ssm_dtype: a.mamba_ssm_dtype,
-        ragged_verify_mode: a.ragged_verify_mode,
-        linear_attn_kind: a.linear_attn_kind,
-    };
+fn validate(a: replayssm::engine_args::EngineArgs) -> ExitCode {
+    use replayssm::config::resolve;
+    let flags = a.flags();
     match resolve(&flags) {
         Ok(cfg) => {
             for w in &cfg.warnings {

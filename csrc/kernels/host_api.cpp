@@ -20,3 +20,7 @@ extern "C" rssm_status rssm_replay_can_implement(const rssm_replay_params *param
 extern "C" rssm_status rssm_decode_can_implement(const rssm_decode_params *params) {
   return rssm::decode_can_implement(params, true);
 }
+
+extern "C" rssm_status rssm_cursors_can_implement(const rssm_cursor_params *params) {
+  return rssm::cursors_can_implement(params);
+}

@@ -134,3 +134,17 @@ inline rssm_status decode_can_implement(const rssm_decode_params *p, bool vector
 }
 
 }  // namespace rssm
+
+namespace rssm {
+
+// The cursor kernel: every array it touches present, sizes in range, a known op.
+inline rssm_status cursors_can_implement(const rssm_cursor_params *p) {
+  if (!p || !p->cursors || !p->slots) return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->batch < 1 || p->num_slots < 1 || p->cache_len < 1) return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->op != RSSM_CURSOR_SNAPSHOT && p->op != RSSM_CURSOR_ADVANCE && p->op != RSSM_CURSOR_RESET)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->op != RSSM_CURSOR_RESET && !p->positions) return RSSM_ERR_INVALID_ARGUMENT;
+  return RSSM_OK;
+}
+
+}  // namespace rssm

@@ -173,3 +173,14 @@ RSSM_ASSERT_OFFSET(rssm_decode_params, dtype, 232);
 RSSM_ASSERT_OFFSET(rssm_decode_params, variant, 236);
 RSSM_ASSERT_OFFSET(rssm_decode_params, qk_l2norm, 240);
 RSSM_ASSERT_OFFSET(rssm_decode_params, reserved, 244);
+
+static_assert(sizeof(rssm_cursor_params) == 56, "rssm_cursor_params size changed");
+RSSM_ASSERT_OFFSET(rssm_cursor_params, cursors, 0);
+RSSM_ASSERT_OFFSET(rssm_cursor_params, slots, 8);
+RSSM_ASSERT_OFFSET(rssm_cursor_params, positions, 16);
+RSSM_ASSERT_OFFSET(rssm_cursor_params, force_flush, 24);
+RSSM_ASSERT_OFFSET(rssm_cursor_params, error_word, 32);
+RSSM_ASSERT_OFFSET(rssm_cursor_params, batch, 40);
+RSSM_ASSERT_OFFSET(rssm_cursor_params, num_slots, 44);
+RSSM_ASSERT_OFFSET(rssm_cursor_params, cache_len, 48);
+RSSM_ASSERT_OFFSET(rssm_cursor_params, op, 52);

@@ -193,6 +193,29 @@ typedef struct rssm_decode_params {
   int32_t reserved;
 } rssm_decode_params;
 
+/* Cursor kernel of buffered decode: the protocol of SPEC §4 D on device-resident cursors, so a
+ * captured CUDA graph needs no host round trip. cursors[NS] holds each slot's pending-record count
+ * m (0..cache_len-1, shared by all layers). One launch applies `op` to every row b:
+ *   SNAPSHOT  positions[b] = cursors[slots[b]] (0 for null rows); before the step's first layer.
+ *   ADVANCE   after the step's last layer: cursors[slots[b]] = 0 if the row flushed
+ *             (positions[b] == cache_len-1 or force_flush[b] != 0), else positions[b] + 1.
+ *   RESET     cursors[slots[b]] = 0: a slot (re)allocated to a request, or freed.
+ * Null rows (slot -1) are skipped. Live slots must be distinct within a launch. A slot outside
+ * 0..num_slots-1 sets RSSM_DEVERR_SLOT_OUT_OF_RANGE; a cursor or position outside 0..cache_len-1
+ * sets RSSM_DEVERR_BAD_LENGTH (SNAPSHOT copies it so kernel D skips the row; ADVANCE leaves the
+ * cursor unchanged). */
+typedef enum rssm_cursor_op { RSSM_CURSOR_SNAPSHOT = 0, RSSM_CURSOR_ADVANCE = 1, RSSM_CURSOR_RESET = 2 } rssm_cursor_op;
+
+typedef struct rssm_cursor_params {
+  int32_t *cursors;           /* [num_slots] i32 */
+  const int32_t *slots;       /* [batch]; -1 = null */
+  int32_t *positions;         /* [batch]: written by SNAPSHOT, read by ADVANCE, unused by RESET */
+  const int32_t *force_flush; /* [batch] or NULL; read by ADVANCE only */
+  uint32_t *error_word;       /* or NULL */
+  int32_t batch, num_slots, cache_len;
+  int32_t op;                 /* rssm_cursor_op */
+} rssm_cursor_params;
+
 rssm_status rssm_recurrent(const rssm_recurrent_params *params, void *stream);
 rssm_status rssm_emu_recurrent(const rssm_recurrent_params *params, void *stream);
 rssm_status rssm_verify(const rssm_verify_params *params, void *stream);
@@ -205,6 +228,8 @@ rssm_status rssm_decode(const rssm_decode_params *params, void *stream);
 rssm_status rssm_emu_decode(const rssm_decode_params *params, void *stream);
 rssm_status rssm_decode_materialize(const rssm_decode_params *params, void *stream);
 rssm_status rssm_emu_decode_materialize(const rssm_decode_params *params, void *stream);
+rssm_status rssm_decode_cursors(const rssm_cursor_params *params, void *stream);
+rssm_status rssm_emu_decode_cursors(const rssm_cursor_params *params, void *stream);
 
 /* Static validation shared by both backends (CUTLASS's can_implement): RSSM_OK when a launch
  * with these params is well-formed for the compiled kernels. Checks host-visible fields only. */
@@ -213,6 +238,7 @@ rssm_status rssm_verify_can_implement(const rssm_verify_params *params);
 rssm_status rssm_fold_can_implement(const rssm_fold_params *params);
 rssm_status rssm_replay_can_implement(const rssm_replay_params *params);
 rssm_status rssm_decode_can_implement(const rssm_decode_params *params);
+rssm_status rssm_cursors_can_implement(const rssm_cursor_params *params);
 
 /* Emulator diagnostics: the message of the last RSSM_ERR_EMULATOR on this thread. */
 const char *rssm_emu_last_error(void);

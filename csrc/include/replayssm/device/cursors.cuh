@@ -1,0 +1,48 @@
+// Buffered-decode cursor protocol on the device (SPEC §4 D): snapshot, advance, reset. The
+// cursors live in device memory so that a captured CUDA graph replays the whole decode step
+// (snapshot, every layer's D, advance) with no host round trip. One thread per row.
+#pragma once
+
+#include "replayssm/device/common.cuh"
+
+namespace rssm {
+
+__global__ void cursors_kernel(const rssm_cursor_params p) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= p.batch) return;
+  const int32_t slot = p.slots[b];
+  if (slot < 0) {
+    if (p.op == RSSM_CURSOR_SNAPSHOT) p.positions[b] = 0;
+    return;
+  }
+  if (slot >= p.num_slots) {
+    report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+    if (p.op == RSSM_CURSOR_SNAPSHOT) p.positions[b] = 0;
+    return;
+  }
+  switch (p.op) {
+    case RSSM_CURSOR_SNAPSHOT: {
+      // A cursor outside 0..L-1 is copied as is: kernel D then flags and skips the row instead of
+      // silently dropping its pending records.
+      const int32_t m = p.cursors[slot];
+      if (m < 0 || m >= p.cache_len) report_device_error(p.error_word, RSSM_DEVERR_BAD_LENGTH);
+      p.positions[b] = m;
+      break;
+    }
+    case RSSM_CURSOR_ADVANCE: {
+      const int32_t m = p.positions[b];
+      if (m < 0 || m >= p.cache_len) {
+        report_device_error(p.error_word, RSSM_DEVERR_BAD_LENGTH);
+        break;  // the cursor keeps its value; the row was skipped by D as well
+      }
+      const bool flush = m == p.cache_len - 1 || (p.force_flush && p.force_flush[b] != 0);
+      p.cursors[slot] = flush ? 0 : m + 1;
+      break;
+    }
+    default:  // RSSM_CURSOR_RESET (can_implement refuses other ops)
+      p.cursors[slot] = 0;
+      break;
+  }
+}
+
+}  // namespace rssm

@@ -1,0 +1,14 @@
+// Launch layer of the buffered-decode cursor kernel (snapshot / advance / reset).
+#include "replayssm/can_implement.h"
+#include "replayssm/device/cursors.cuh"
+#include "replayssm/launcher.h"
+#include "replayssm/layout.h"
+
+extern "C" rssm_status RSSM_ENTRY(decode_cursors)(const rssm_cursor_params *params, void *stream) {
+  const rssm_status st = rssm::cursors_can_implement(params);
+  if (st != RSSM_OK) return st;
+  constexpr int kThreads = 128;
+  const int blocks = (params->batch + kThreads - 1) / kThreads;
+  const int err = RSSM_LAUNCH(rssm::cursors_kernel, dim3(blocks), dim3(kThreads), 0, stream, *params);
+  return err == 0 ? RSSM_OK : RSSM_LAUNCH_FAILED;
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds libreplayssm.a, compiles examples/c/fold.c against include/replayssm.h with the system C
+# compiler, and runs it (emulated backend: no GPU needed). Exit status = the example's.
+# Pass a cargo profile dir as $1 (default: debug). Honours CARGO_TARGET_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+profile=${1:-debug}
+target=${CARGO_TARGET_DIR:-target}
+if [ "$profile" = release ]; then cargo build --locked --lib --release; else cargo build --locked --lib; fi
+out="$target/$profile/examples-c"
+mkdir -p "$out"
+# The static library bundles the kernels, the emulator and cudart_static; the system libraries
+# are the ones `cargo rustc --lib --crate-type staticlib -- --print native-static-libs` lists.
+${CC:-cc} -std=c11 -Wall -Wextra -Werror -O2 -Iinclude examples/c/fold.c \
+  "$target/$profile/libreplayssm.a" -lstdc++ -lpthread -ldl -lm -lrt -lgcc_s -lc \
+  -o "$out/fold"
+"$out/fold"

@@ -1,0 +1,444 @@
+//! The kernel entries of the C ABI: read the params (struct_size first), pick the backend, check
+//! every host-visible field with a message naming it, then call the kernel layer's launcher on
+//! the caller's stream (its own can_implement is the last line behind these checks).
+
+use std::ffi::c_void;
+
+use super::params::*;
+use super::{backend_of, guard, read_params, replayssm_status, Failure};
+use crate::backend::Backend;
+use crate::ffi;
+
+type Check = Result<(), Failure>;
+
+fn nonnull<T>(p: *const T, name: &str) -> Check {
+    if p.is_null() {
+        return Err(Failure::invalid(format!("{name} is NULL")));
+    }
+    Ok(())
+}
+
+fn at_least(v: i64, min: i64, name: &str) -> Check {
+    if v < min {
+        return Err(Failure::invalid(format!("{name} = {v}, must be at least {min}")));
+    }
+    Ok(())
+}
+
+fn in_range(v: i32, lo: i32, hi: i32, name: &str) -> Check {
+    if v < lo || v > hi {
+        return Err(Failure::invalid(format!("{name} = {v}, must be in {lo}..={hi}")));
+    }
+    Ok(())
+}
+
+/// Vector loads of 16 bytes need 16-byte aligned bases on the device.
+fn aligned16<T>(backend: Backend, p: *const T, name: &str) -> Check {
+    if backend == Backend::Cuda && !p.is_null() && (p as usize) % 16 != 0 {
+        return Err(Failure::invalid(format!(
+            "{name} ({p:p}) is not 16-byte aligned (the CUDA kernels load it 16 bytes at a time)"
+        )));
+    }
+    Ok(())
+}
+
+/// Head dims, dtype, variant and the l2norm flag, as every kernel needs them.
+fn problem(h: i32, hv: i32, k: i32, v: i32, dtype: i32, variant: i32, qk_l2norm: i32) -> Check {
+    at_least(h as i64, 1, "H")?;
+    at_least(hv as i64, 1, "HV")?;
+    at_least(v as i64, 1, "V")?;
+    in_range(hv, 1, 65535, "HV")?;
+    if hv % h != 0 {
+        return Err(Failure::invalid(format!(
+            "HV = {hv} is not a multiple of H = {h} (each key head serves HV/H value heads)"
+        )));
+    }
+    if ![32, 64, 128, 256].contains(&k) {
+        return Err(Failure::new(
+            replayssm_status::REPLAYSSM_ERR_UNSUPPORTED,
+            format!("K = {k}: the kernels are compiled for head dims 32, 64, 128 and 256"),
+        ));
+    }
+    in_range(dtype, 0, 2, "dtype (0 = f32, 1 = f16, 2 = bf16)")?;
+    in_range(variant, 0, 1, "variant (0 = GDN, 1 = KDA)")?;
+    in_range(qk_l2norm, 0, 1, "qk_l2norm")
+}
+
+/// The token inputs R, V and D share: pointers, exactly one gate form, strides, scale.
+macro_rules! check_tokens {
+    ($p:expr) => {{
+        let p = $p;
+        nonnull(p.q, "q")?;
+        nonnull(p.k, "k")?;
+        nonnull(p.v, "v")?;
+        nonnull(p.o, "o")?;
+        let raw = !p.a.is_null() || !p.b.is_null() || !p.A_log.is_null() || !p.dt_bias.is_null();
+        let pre = !p.g.is_null() || !p.beta.is_null();
+        if raw == pre {
+            return Err(Failure::invalid(
+                "give exactly one gate form: raw (a, b, A_log, dt_bias) or precomputed (g, beta)",
+            ));
+        }
+        if raw {
+            nonnull(p.a, "a (raw gate)")?;
+            nonnull(p.b, "b (raw gate)")?;
+            nonnull(p.A_log, "A_log (raw gate)")?;
+            nonnull(p.dt_bias, "dt_bias (raw gate)")?;
+        } else {
+            nonnull(p.g, "g (precomputed gate)")?;
+            nonnull(p.beta, "beta (precomputed gate)")?;
+        }
+        let (h, hv, k, v) = (p.H as i64, p.HV as i64, p.K as i64, p.V as i64);
+        at_least(p.q_stride, h * k, "q_stride (elements per token, at least H*K)")?;
+        at_least(p.k_stride, h * k, "k_stride (elements per token, at least H*K)")?;
+        at_least(p.v_stride, hv * v, "v_stride (elements per token, at least HV*V)")?;
+        at_least(p.o_stride, hv * v, "o_stride (elements per token, at least HV*V)")?;
+        if raw {
+            let gate_row = if p.variant == 1 { hv * k } else { hv };
+            at_least(
+                p.a_stride,
+                gate_row,
+                "a_stride (elements per token, HV or HV*K for KDA)",
+            )?;
+            at_least(p.b_stride, hv, "b_stride (elements per token, at least HV)")?;
+        }
+        if !p.scale.is_finite() {
+            return Err(Failure::invalid(format!("scale = {} is not finite", p.scale)));
+        }
+    }};
+}
+
+/// Pool geometry shared by the spec and decode kernels.
+fn pool(batch: i32, num_slots: i32, num_layers: i32) -> Check {
+    in_range(batch, 1, 65535, "batch")?;
+    at_least(num_slots as i64, 1, "num_slots")?;
+    at_least(num_layers as i64, 1, "num_layers")
+}
+
+/// Maps a launcher's status to a failure with the backend's own message.
+fn launched(kernel: &str, backend: Backend, raw: ffi::rssm_status) -> Check {
+    #[allow(non_upper_case_globals)]
+    match raw {
+        ffi::rssm_status_RSSM_OK => Ok(()),
+        ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT => Err(Failure::invalid(format!(
+            "rejected by rssm_{kernel}_can_implement (a field is out of range; see replayssm.h)"
+        ))),
+        ffi::rssm_status_RSSM_ERR_UNSUPPORTED => Err(Failure::new(
+            replayssm_status::REPLAYSSM_ERR_UNSUPPORTED,
+            format!("rssm_{kernel}: configuration not compiled in"),
+        )),
+        ffi::rssm_status_RSSM_ERR_EMULATOR => {
+            // SAFETY: NUL-terminated thread-local string owned by the emulator.
+            let msg = unsafe { std::ffi::CStr::from_ptr(ffi::rssm_emu_last_error()) };
+            Err(Failure::new(
+                replayssm_status::REPLAYSSM_ERR_EMULATOR,
+                format!("emulated {kernel}: {}", msg.to_string_lossy()),
+            ))
+        }
+        _ => cuda_failure(kernel, backend),
+    }
+}
+
+#[cfg(replayssm_cuda)]
+fn cuda_failure(kernel: &str, _backend: Backend) -> Check {
+    // SAFETY: plain call into the CUDA runtime wrappers.
+    let code = unsafe { ffi::rssm_cuda_last_error() };
+    Err(Failure {
+        status: replayssm_status::REPLAYSSM_ERR_CUDA,
+        message: format!(
+            "CUDA launch of {kernel} failed: error {code} ({})",
+            crate::cuda::error_string(code)
+        ),
+        cuda_error: code,
+    })
+}
+
+#[cfg(not(replayssm_cuda))]
+fn cuda_failure(kernel: &str, backend: Backend) -> Check {
+    Err(Failure::new(
+        replayssm_status::REPLAYSSM_ERR_INTERNAL,
+        format!("{kernel}: unexpected launcher status on the {backend} backend"),
+    ))
+}
+
+/// Calls the launcher of `backend` on `stream`.
+macro_rules! launch {
+    ($kernel:literal, $backend:expr, $cuda:ident, $emu:ident, $params:expr, $stream:expr) => {{
+        let kp = $params;
+        let raw = match $backend {
+            // SAFETY: the fields were checked above; the pointers are the caller's, host memory
+            // for the emulator (which ignores the stream).
+            Backend::Emulated => unsafe { ffi::$emu(&kp, std::ptr::null_mut()) },
+            #[cfg(replayssm_cuda)]
+            // SAFETY: as above, device pointers and the caller's stream.
+            Backend::Cuda => unsafe { ffi::$cuda(&kp, $stream) },
+            _ => {
+                let _ = $stream;
+                unreachable!("backend_of returns only available kernel backends")
+            }
+        };
+        launched($kernel, $backend, raw)
+    }};
+}
+
+/// Kernel R, the recurrent baseline: outputs of every token and, with `write_state`, the final
+/// state of each live request; `snapshots` (optional) receives the state after every token.
+///
+/// # Safety
+/// `params` is NULL or points to a `replayssm_recurrent_params` whose pointers cover the extents
+/// described in the kernel layer for `backend` (device memory for CUDA, host for EMULATED).
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_recurrent(
+    backend: i32,
+    params: *const replayssm_recurrent_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    guard("replayssm_recurrent", || {
+        let p = read_params(params, "replayssm_recurrent_params")?;
+        let backend = backend_of(backend)?;
+        problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
+        in_range(p.batch, 1, 65535, "batch")?;
+        at_least(p.num_tokens as i64, 0, "num_tokens")?;
+        at_least(p.max_seqlen as i64, 1, "max_seqlen")?;
+        at_least(p.num_slots as i64, 1, "num_slots")?;
+        nonnull(p.cu_seqlens, "cu_seqlens")?;
+        nonnull(p.slots, "slots")?;
+        nonnull(p.state, "state")?;
+        in_range(p.write_state, 0, 1, "write_state")?;
+        check_tokens!(&p);
+        aligned16(backend, p.state, "state")?;
+        aligned16(backend, p.snapshots, "snapshots")?;
+        launch!(
+            "recurrent",
+            backend,
+            rssm_recurrent,
+            rssm_emu_recurrent,
+            p.kernel(),
+            stream
+        )
+    })
+}
+
+/// Kernel V (chunked verify of one layer; tree verify VT when `parent` is set): reads the
+/// checkpoint, writes all draft outputs and the spec ring (when its four pointers are set).
+///
+/// # Safety
+/// As `replayssm_recurrent`, for a `replayssm_verify_params`.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_verify(
+    backend: i32,
+    params: *const replayssm_verify_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    guard("replayssm_verify", || {
+        let p = read_params(params, "replayssm_verify_params")?;
+        let backend = backend_of(backend)?;
+        problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
+        pool(p.batch, p.num_slots, p.num_layers)?;
+        in_range(p.layer, 0, p.num_layers - 1, "layer")?;
+        at_least(p.num_tokens as i64, 0, "num_tokens")?;
+        in_range(
+            p.max_seqlen,
+            1,
+            ffi::RSSM_MAX_VERIFY_WINDOW as i32,
+            "max_seqlen (draft tokens per request)",
+        )?;
+        at_least(p.window as i64, 1, "window")?;
+        nonnull(p.cu_seqlens, "cu_seqlens")?;
+        nonnull(p.slots, "slots")?;
+        nonnull(p.state, "state")?;
+        let ring = [
+            p.ring_v.is_null(),
+            p.ring_k.is_null(),
+            p.ring_g.is_null(),
+            p.ring_beta.is_null(),
+        ];
+        if ring.iter().any(|&n| n) && !ring.iter().all(|&n| n) {
+            return Err(Failure::invalid(
+                "ring_v, ring_k, ring_g, ring_beta: set all four (ring write) or none",
+            ));
+        }
+        check_tokens!(&p);
+        aligned16(backend, p.state, "state")?;
+        launch!("verify", backend, rssm_verify, rssm_emu_verify, p.kernel(), stream)
+    })
+}
+
+/// Checks the spec-ring fields F and P share.
+macro_rules! check_spec_ring {
+    ($p:expr, $backend:expr) => {{
+        let p = $p;
+        problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
+        pool(p.batch, p.num_slots, p.num_layers)?;
+        at_least(p.window as i64, 1, "window")?;
+        nonnull(p.state, "state")?;
+        nonnull(p.ring_v, "ring_v")?;
+        nonnull(p.ring_k, "ring_k")?;
+        nonnull(p.ring_g, "ring_g")?;
+        nonnull(p.ring_beta, "ring_beta")?;
+        nonnull(p.slots, "slots")?;
+        aligned16($backend, p.state, "state")?;
+    }};
+}
+
+/// Kernel F, fold-every-commit over all layers (path fold FT with `accept_paths`): replays each
+/// live request's accepted ring records into its fp32 checkpoint, bit-identical to kernel R.
+///
+/// # Safety
+/// As `replayssm_recurrent`, for a `replayssm_fold_params`.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_fold(
+    backend: i32,
+    params: *const replayssm_fold_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    guard("replayssm_fold", || {
+        let p = read_params(params, "replayssm_fold_params")?;
+        let backend = backend_of(backend)?;
+        check_spec_ring!(&p, backend);
+        match (p.accept_lens.is_null(), p.accept_paths.is_null()) {
+            (false, true) => {
+                if p.path_width != 0 {
+                    return Err(Failure::invalid("path_width must be 0 without accept_paths"));
+                }
+            }
+            (true, false) => in_range(p.path_width, 1, p.window, "path_width (columns of accept_paths)")?,
+            _ => {
+                return Err(Failure::invalid(
+                    "give exactly one of accept_lens (linear chain) and accept_paths (tree path fold)",
+                ))
+            }
+        }
+        if p.track_slots.is_null() != p.track_steps.is_null() {
+            return Err(Failure::invalid("track_slots and track_steps: set both or neither"));
+        }
+        launch!("fold", backend, rssm_fold, rssm_emu_fold, p.kernel(), stream)
+    })
+}
+
+/// Kernel P, fp32 checkpoint replay of one layer: replays `counts[b]` ring records of each live
+/// slot into its checkpoint (the primitive behind fold, flush and export).
+///
+/// # Safety
+/// As `replayssm_recurrent`, for a `replayssm_replay_params`.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_replay(
+    backend: i32,
+    params: *const replayssm_replay_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    guard("replayssm_replay", || {
+        let p = read_params(params, "replayssm_replay_params")?;
+        let backend = backend_of(backend)?;
+        check_spec_ring!(&p, backend);
+        in_range(p.layer, 0, p.num_layers - 1, "layer")?;
+        nonnull(p.counts, "counts")?;
+        launch!("replay", backend, rssm_replay, rssm_emu_replay, p.kernel(), stream)
+    })
+}
+
+fn check_decode_ring(p: &replayssm_decode_params, backend: Backend) -> Check {
+    problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
+    pool(p.batch, p.num_slots, p.num_layers)?;
+    in_range(p.cache_len, 1, crate::decode::MAX_CACHE_LEN as i32, "cache_len")?;
+    nonnull(p.state, "state")?;
+    nonnull(p.ring_d, "ring_d")?;
+    nonnull(p.ring_k, "ring_k")?;
+    nonnull(p.ring_g, "ring_g")?;
+    nonnull(p.slots, "slots")?;
+    nonnull(p.positions, "positions (the cursor snapshot of this step)")?;
+    aligned16(backend, p.state, "state")?;
+    aligned16(backend, p.ring_k, "ring_k")
+}
+
+/// Kernel D, buffered decode of layer `layer` (one token per row): outputs from the checkpoint
+/// and the pending records; appends a record, or stores the state on a flush step. Take the
+/// cursor snapshot (`replayssm_decode_cursors`, SNAPSHOT) before the first layer and ADVANCE
+/// after the last.
+///
+/// # Safety
+/// As `replayssm_recurrent`, for a `replayssm_decode_params`.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_decode(
+    backend: i32,
+    params: *const replayssm_decode_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    guard("replayssm_decode", || {
+        let p = read_params(params, "replayssm_decode_params")?;
+        let backend = backend_of(backend)?;
+        check_decode_ring(&p, backend)?;
+        in_range(p.layer, 0, p.num_layers - 1, "layer")?;
+        check_tokens!(&p);
+        launch!("decode", backend, rssm_decode, rssm_emu_decode, p.kernel(), stream)
+    })
+}
+
+/// Materialise: replays `positions[b]` pending records of every layer into slot `slots[b]`'s
+/// checkpoint (before export, prefix caching or copy-on-write); reset the cursors afterwards.
+/// Token fields are ignored.
+///
+/// # Safety
+/// As `replayssm_recurrent`, for a `replayssm_decode_params`.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_decode_materialize(
+    backend: i32,
+    params: *const replayssm_decode_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    guard("replayssm_decode_materialize", || {
+        let p = read_params(params, "replayssm_decode_params")?;
+        let backend = backend_of(backend)?;
+        check_decode_ring(&p, backend)?;
+        if p.batch as i64 * p.num_layers as i64 > 65535 {
+            return Err(Failure::invalid(format!(
+                "batch * num_layers = {} exceeds 65535: split the materialise into smaller batches",
+                p.batch as i64 * p.num_layers as i64
+            )));
+        }
+        let mut kp = p.kernel();
+        kp.layer = 0;
+        launch!(
+            "decode_materialize",
+            backend,
+            rssm_decode_materialize,
+            rssm_emu_decode_materialize,
+            kp,
+            stream
+        )
+    })
+}
+
+/// The buffered-decode cursor protocol on device-resident cursors: SNAPSHOT before a step,
+/// ADVANCE after it, RESET when a slot is (re)allocated or freed (`op`, a `replayssm_cursor_op`).
+///
+/// # Safety
+/// As `replayssm_recurrent`, for a `replayssm_cursor_params`.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_decode_cursors(
+    backend: i32,
+    params: *const replayssm_cursor_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    guard("replayssm_decode_cursors", || {
+        let p = read_params(params, "replayssm_cursor_params")?;
+        let backend = backend_of(backend)?;
+        in_range(p.op, 0, 2, "op (0 = SNAPSHOT, 1 = ADVANCE, 2 = RESET)")?;
+        at_least(p.batch as i64, 1, "batch")?;
+        at_least(p.num_slots as i64, 1, "num_slots")?;
+        in_range(p.cache_len, 1, crate::decode::MAX_CACHE_LEN as i32, "cache_len")?;
+        nonnull(p.cursors, "cursors")?;
+        nonnull(p.slots, "slots")?;
+        if p.op != replayssm_cursor_op::REPLAYSSM_CURSOR_RESET as i32 {
+            nonnull(p.positions, "positions")?;
+        }
+        launch!(
+            "decode_cursors",
+            backend,
+            rssm_decode_cursors,
+            rssm_emu_decode_cursors,
+            p.kernel(),
+            stream
+        )
+    })
+}

@@ -1,0 +1,282 @@
+//! The C ABI for engines (`include/replayssm.h`, generated from this module by cbindgen and
+//! checked in). Every export:
+//! - takes a pointer to its params struct (first field `struct_size`), the backend and the
+//!   caller's stream last; never allocates device memory, never synchronises;
+//! - validates what the host can see (null pointers, sizes, enums, strides, alignment) and
+//!   returns a [`replayssm_status`]; the message of the last failure on the calling thread is
+//!   `replayssm_last_error_message()`, the CUDA error code `replayssm_last_cuda_error()`;
+//! - catches panics (`REPLAYSSM_ERR_INTERNAL`): nothing unwinds into the caller.
+//!
+//! Backends: `REPLAYSSM_BACKEND_CUDA` (device pointers, the caller's stream and current device)
+//! or `REPLAYSSM_BACKEND_EMULATED` (host pointers, runs the same kernel source on the CPU
+//! synchronously; the stream is ignored). Device-side values (slots, cu_seqlens, accept lengths,
+//! cursors) are not read by the host: kernels check them and OR `RSSM_DEVERR_*` bits into
+//! `error_word` (see the kernel layer), so every entry is safe to capture in a CUDA graph.
+#![allow(non_camel_case_types)]
+
+mod config;
+mod kernels;
+pub mod params;
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pub use config::replayssm_validate_config;
+pub use kernels::{
+    replayssm_decode, replayssm_decode_cursors, replayssm_decode_materialize, replayssm_fold, replayssm_recurrent,
+    replayssm_replay, replayssm_verify,
+};
+pub use params::*;
+
+use crate::backend::Backend;
+
+/// Version of the C ABI: bumped when a struct or a signature changes incompatibly.
+pub const REPLAYSSM_ABI_VERSION: u32 = 1;
+
+/// What every entry returns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum replayssm_status {
+    REPLAYSSM_OK = 0,
+    /// A field is inconsistent: NULL pointer, size or stride out of range, unknown enum value.
+    REPLAYSSM_ERR_INVALID_ARGUMENT = 1,
+    /// Well formed but not compiled in (head dim K outside {32, 64, 128, 256}).
+    REPLAYSSM_ERR_UNSUPPORTED = 2,
+    /// The CUDA runtime refused the launch: see `replayssm_last_cuda_error()`.
+    REPLAYSSM_ERR_CUDA = 3,
+    /// The SIMT emulator refused the launch or caught a kernel bug.
+    REPLAYSSM_ERR_EMULATOR = 4,
+    /// `struct_size` is not a size this library knows for that struct.
+    REPLAYSSM_ERR_STRUCT_SIZE = 5,
+    /// The backend asked for is not available here (no CUDA build, no driver, no device).
+    REPLAYSSM_ERR_BACKEND_UNAVAILABLE = 6,
+    /// A capability gate (SPEC §5) refused the engine configuration.
+    REPLAYSSM_ERR_CONFIG_REFUSED = 7,
+    /// A bug in this library (a caught panic); the message says where.
+    REPLAYSSM_ERR_INTERNAL = 8,
+}
+
+/// Where a kernel entry runs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum replayssm_backend {
+    /// Device pointers, launched on the caller's stream (current device of the calling thread).
+    REPLAYSSM_BACKEND_CUDA = 0,
+    /// Host pointers, the kernel source run on the CPU by the SIMT emulator, synchronously.
+    REPLAYSSM_BACKEND_EMULATED = 1,
+}
+
+/// Element type of the activations (q, k, v, a, b, o, and the spec ring's v and k) of a call.
+/// Gates (A_log, dt_bias, g, beta), states, snapshots and the decode ring are always f32.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum replayssm_dtype {
+    REPLAYSSM_DTYPE_F32 = 0,
+    REPLAYSSM_DTYPE_F16 = 1,
+    REPLAYSSM_DTYPE_BF16 = 2,
+}
+
+/// The linear-attention layer kind.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum replayssm_variant {
+    /// Gated DeltaNet: one scalar decay per (token, value head).
+    REPLAYSSM_VARIANT_GDN = 0,
+    /// Kimi Delta Attention: per-channel decay, gates are `[.., HV, K]`.
+    REPLAYSSM_VARIANT_KDA = 1,
+}
+
+/// Most draft tokens of one request in a verify (chain window or tree nodes, root included).
+pub const REPLAYSSM_MAX_VERIFY_WINDOW: i32 = 16;
+/// Device error word bit: a slot outside -1..num_slots-1 (the row was skipped).
+pub const REPLAYSSM_DEVERR_SLOT_OUT_OF_RANGE: u32 = 0x1;
+/// Device error word bit: cu_seqlens not increasing or beyond num_tokens / max_seqlen.
+pub const REPLAYSSM_DEVERR_BAD_SEQLENS: u32 = 0x2;
+/// Device error word bit: an accept length, replay count, cursor or position out of range.
+pub const REPLAYSSM_DEVERR_BAD_LENGTH: u32 = 0x4;
+/// Device error word bit: a track slot out of range (the track was skipped).
+pub const REPLAYSSM_DEVERR_TRACK_SLOT: u32 = 0x8;
+/// Device error word bit: a bad tree parent or accepted path (the request was skipped).
+pub const REPLAYSSM_DEVERR_BAD_TREE: u32 = 0x10;
+
+const _: () = {
+    assert!(REPLAYSSM_MAX_VERIFY_WINDOW as u32 == crate::ffi::RSSM_MAX_VERIFY_WINDOW);
+    assert!(REPLAYSSM_DEVERR_SLOT_OUT_OF_RANGE == crate::ffi::RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+    assert!(REPLAYSSM_DEVERR_BAD_SEQLENS == crate::ffi::RSSM_DEVERR_BAD_SEQLENS);
+    assert!(REPLAYSSM_DEVERR_BAD_LENGTH == crate::ffi::RSSM_DEVERR_BAD_LENGTH);
+    assert!(REPLAYSSM_DEVERR_TRACK_SLOT == crate::ffi::RSSM_DEVERR_TRACK_SLOT);
+    assert!(REPLAYSSM_DEVERR_BAD_TREE == crate::ffi::RSSM_DEVERR_BAD_TREE);
+};
+
+/// A refused call: its status, its message and, for CUDA failures, the cudaError_t.
+pub(crate) struct Failure {
+    pub status: replayssm_status,
+    pub message: String,
+    pub cuda_error: i32,
+}
+
+impl Failure {
+    pub fn new(status: replayssm_status, message: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            message: message.into(),
+            cuda_error: 0,
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Failure {
+        Failure::new(replayssm_status::REPLAYSSM_ERR_INVALID_ARGUMENT, message)
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<(CString, i32)> = RefCell::new((CString::default(), 0));
+}
+
+fn set_last_error(message: &str, cuda_error: i32) {
+    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = (c, cuda_error));
+}
+
+/// Runs an entry: clears the thread's last error, catches panics, records the failure.
+pub(crate) fn guard(entry: &str, f: impl FnOnce() -> Result<(), Failure>) -> replayssm_status {
+    set_last_error("", 0);
+    let outcome = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Failure::new(
+            replayssm_status::REPLAYSSM_ERR_INTERNAL,
+            format!("internal error (a bug in replayssm, please report it): {what}"),
+        ))
+    });
+    match outcome {
+        Ok(()) => replayssm_status::REPLAYSSM_OK,
+        Err(fail) => {
+            set_last_error(&format!("{entry}: {}", fail.message), fail.cuda_error);
+            fail.status
+        }
+    }
+}
+
+/// Reads a params struct whose first field is `struct_size`: checks the pointer and the size
+/// before reading the rest (a smaller struct must not be over-read).
+///
+/// # Safety
+/// `p` is NULL or points to at least 4 readable bytes, and to `size_of::<T>()` of them when its
+/// first u32 equals that size.
+pub(crate) unsafe fn read_params<T: Copy>(p: *const T, name: &str) -> Result<T, Failure> {
+    if p.is_null() {
+        return Err(Failure::invalid("params is NULL"));
+    }
+    let size = std::ptr::read_unaligned(p as *const u32);
+    let want = std::mem::size_of::<T>();
+    if size as usize != want {
+        return Err(Failure::new(
+            replayssm_status::REPLAYSSM_ERR_STRUCT_SIZE,
+            format!(
+                "{name}.struct_size is {size}, but this library (ABI {REPLAYSSM_ABI_VERSION}) expects {want}: \
+                 set struct_size = sizeof({name}) and rebuild against this version's replayssm.h"
+            ),
+        ));
+    }
+    Ok(std::ptr::read_unaligned(p))
+}
+
+/// The backend of an entry, available here.
+pub(crate) fn backend_of(raw: i32) -> Result<Backend, Failure> {
+    let backend = match raw {
+        0 => Backend::Cuda,
+        1 => Backend::Emulated,
+        _ => {
+            return Err(Failure::invalid(format!(
+                "backend {raw} is not a replayssm_backend (0 = CUDA, 1 = EMULATED)"
+            )))
+        }
+    };
+    backend.availability().map_err(|why| {
+        Failure::new(
+            replayssm_status::REPLAYSSM_ERR_BACKEND_UNAVAILABLE,
+            format!("the {backend} backend is not available: {why}"),
+        )
+    })?;
+    Ok(backend)
+}
+
+/// The library version as `major * 10000 + minor * 100 + patch`.
+#[no_mangle]
+pub extern "C" fn replayssm_version() -> u32 {
+    let part = |s: &str| s.parse::<u32>().unwrap_or(0);
+    part(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+        + part(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + part(env!("CARGO_PKG_VERSION_PATCH"))
+}
+
+/// The C ABI version this library implements (`REPLAYSSM_ABI_VERSION` of its header).
+#[no_mangle]
+pub extern "C" fn replayssm_abi_version() -> u32 {
+    REPLAYSSM_ABI_VERSION
+}
+
+/// A static, NUL-terminated name and meaning of a status value (any int32_t is accepted).
+#[no_mangle]
+pub extern "C" fn replayssm_status_string(status: i32) -> *const c_char {
+    let s: &'static [u8] = match status {
+        0 => b"REPLAYSSM_OK: success\0",
+        1 => b"REPLAYSSM_ERR_INVALID_ARGUMENT: a field is NULL, out of range or inconsistent\0",
+        2 => b"REPLAYSSM_ERR_UNSUPPORTED: valid, but not compiled in (head dim)\0",
+        3 => b"REPLAYSSM_ERR_CUDA: the CUDA runtime refused the launch\0",
+        4 => b"REPLAYSSM_ERR_EMULATOR: the SIMT emulator refused the launch\0",
+        5 => b"REPLAYSSM_ERR_STRUCT_SIZE: struct_size does not match this library's struct\0",
+        6 => b"REPLAYSSM_ERR_BACKEND_UNAVAILABLE: the backend cannot run here\0",
+        7 => b"REPLAYSSM_ERR_CONFIG_REFUSED: a capability gate refused the configuration\0",
+        8 => b"REPLAYSSM_ERR_INTERNAL: a bug in replayssm (a caught panic)\0",
+        _ => b"unknown replayssm_status\0",
+    };
+    s.as_ptr() as *const c_char
+}
+
+/// The message of the last entry called on this thread ("" if it succeeded), NUL-terminated;
+/// valid until the next replayssm call on this thread.
+#[no_mangle]
+pub extern "C" fn replayssm_last_error_message() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().0.as_ptr())
+}
+
+/// The cudaError_t of the last entry called on this thread (0 if it did not fail in CUDA).
+#[no_mangle]
+pub extern "C" fn replayssm_last_cuda_error() -> i32 {
+    LAST_ERROR.with(|e| e.borrow().1)
+}
+
+/// `REPLAYSSM_OK` if `backend` (a `replayssm_backend`) can run here; otherwise
+/// `REPLAYSSM_ERR_BACKEND_UNAVAILABLE` (or `INVALID_ARGUMENT`) with the reason as the last error
+/// message (e.g. "cudaGetDeviceCount returned 35 ...: no NVIDIA driver").
+#[no_mangle]
+pub extern "C" fn replayssm_backend_available(backend: i32) -> replayssm_status {
+    guard("replayssm_backend_available", || backend_of(backend).map(|_| ()))
+}
+
+/// `sizeof` of the named params struct in this library (e.g. "replayssm_fold_params"), or 0 for
+/// an unknown name: bindings that mirror the structs (ctypes) check their layout against it.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_struct_size(name: *const c_char) -> usize {
+    use std::mem::size_of;
+    if name.is_null() {
+        return 0;
+    }
+    match std::ffi::CStr::from_ptr(name).to_bytes() {
+        b"replayssm_recurrent_params" => size_of::<replayssm_recurrent_params>(),
+        b"replayssm_verify_params" => size_of::<replayssm_verify_params>(),
+        b"replayssm_fold_params" => size_of::<replayssm_fold_params>(),
+        b"replayssm_replay_params" => size_of::<replayssm_replay_params>(),
+        b"replayssm_decode_params" => size_of::<replayssm_decode_params>(),
+        b"replayssm_cursor_params" => size_of::<replayssm_cursor_params>(),
+        _ => 0,
+    }
+}

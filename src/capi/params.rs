@@ -1,0 +1,303 @@
+//! The params structs of the C ABI (`include/replayssm.h`), one per entry point. Each mirrors the
+//! kernel layer's `rssm_*_params` field for field (same names, same meaning: the comments of
+//! `csrc/include/replayssm/replayssm.h` apply) behind an 8-byte header:
+//! `struct_size` (= `sizeof` the struct the caller compiled against) and `flags` (reserved, 0).
+//! Structs only grow at their end, so a later library can accept an older, smaller struct; this
+//! one (ABI 1) accepts exactly its own sizes.
+#![allow(non_camel_case_types, non_snake_case)]
+
+use std::ffi::c_void;
+
+use crate::ffi;
+
+/// Kernel R (recurrent baseline) of `replayssm_recurrent`.
+///
+/// Tokens of request r are `cu_seqlens[r]..cu_seqlens[r+1]`; checkpoints `state[slots[r]]`
+/// (`[num_slots, HV, V, K]` f32, K contiguous); slot -1 = null row. Gate: raw (`a`, `b`, `A_log`,
+/// `dt_bias`; `g`, `beta` NULL) or precomputed (`g`, `beta`). Strides count elements per token.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_recurrent_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub q: *const c_void,
+    pub k: *const c_void,
+    pub v: *const c_void,
+    pub a: *const c_void,
+    pub b: *const c_void,
+    pub A_log: *const f32,
+    pub dt_bias: *const f32,
+    pub g: *const f32,
+    pub beta: *const f32,
+    pub cu_seqlens: *const i32,
+    pub slots: *const i32,
+    pub state: *mut f32,
+    pub snapshots: *mut f32,
+    pub o: *mut c_void,
+    pub error_word: *mut u32,
+    pub q_stride: i64,
+    pub k_stride: i64,
+    pub v_stride: i64,
+    pub a_stride: i64,
+    pub b_stride: i64,
+    pub o_stride: i64,
+    pub num_tokens: i32,
+    pub batch: i32,
+    pub max_seqlen: i32,
+    pub num_slots: i32,
+    pub H: i32,
+    pub HV: i32,
+    pub K: i32,
+    pub V: i32,
+    pub scale: f32,
+    pub dtype: i32,
+    pub variant: i32,
+    pub qk_l2norm: i32,
+    pub write_state: i32,
+    pub reserved: i32,
+}
+
+/// Kernel V (chunked verify) of `replayssm_verify`; `parent` non-NULL selects tree verify (VT).
+///
+/// Reads the checkpoint of layer `layer` (never writes it), writes every window position's output
+/// and, when the four ring pointers are set, the raw inputs of positions below `window`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_verify_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub q: *const c_void,
+    pub k: *const c_void,
+    pub v: *const c_void,
+    pub a: *const c_void,
+    pub b: *const c_void,
+    pub A_log: *const f32,
+    pub dt_bias: *const f32,
+    pub g: *const f32,
+    pub beta: *const f32,
+    pub cu_seqlens: *const i32,
+    pub parent: *const i32,
+    pub slots: *const i32,
+    pub state: *const f32,
+    pub o: *mut c_void,
+    pub ring_v: *mut c_void,
+    pub ring_k: *mut c_void,
+    pub ring_g: *mut f32,
+    pub ring_beta: *mut f32,
+    pub error_word: *mut u32,
+    pub q_stride: i64,
+    pub k_stride: i64,
+    pub v_stride: i64,
+    pub a_stride: i64,
+    pub b_stride: i64,
+    pub o_stride: i64,
+    pub num_tokens: i32,
+    pub batch: i32,
+    pub max_seqlen: i32,
+    pub num_slots: i32,
+    pub num_layers: i32,
+    pub layer: i32,
+    pub window: i32,
+    pub H: i32,
+    pub HV: i32,
+    pub K: i32,
+    pub V: i32,
+    pub scale: f32,
+    pub dtype: i32,
+    pub variant: i32,
+    pub qk_l2norm: i32,
+    pub reserved: i32,
+}
+
+/// Kernel F (fold-every-commit, all layers) of `replayssm_fold`; `accept_paths` instead of
+/// `accept_lens` selects the path fold (FT). `accept_lens` counts the bonus token.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_fold_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub state: *mut f32,
+    pub ring_v: *const c_void,
+    pub ring_k: *const c_void,
+    pub ring_g: *const f32,
+    pub ring_beta: *const f32,
+    pub slots: *const i32,
+    pub accept_lens: *const i32,
+    pub track_slots: *const i32,
+    pub track_steps: *const i32,
+    pub accept_paths: *const i32,
+    pub error_word: *mut u32,
+    pub batch: i32,
+    pub num_slots: i32,
+    pub num_layers: i32,
+    pub window: i32,
+    pub H: i32,
+    pub HV: i32,
+    pub K: i32,
+    pub V: i32,
+    pub dtype: i32,
+    pub variant: i32,
+    pub qk_l2norm: i32,
+    pub path_width: i32,
+}
+
+/// Kernel P (fp32 checkpoint replay of one layer) of `replayssm_replay`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_replay_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub state: *mut f32,
+    pub ring_v: *const c_void,
+    pub ring_k: *const c_void,
+    pub ring_g: *const f32,
+    pub ring_beta: *const f32,
+    pub slots: *const i32,
+    pub counts: *const i32,
+    pub error_word: *mut u32,
+    pub batch: i32,
+    pub num_slots: i32,
+    pub num_layers: i32,
+    pub layer: i32,
+    pub window: i32,
+    pub H: i32,
+    pub HV: i32,
+    pub K: i32,
+    pub V: i32,
+    pub dtype: i32,
+    pub variant: i32,
+    pub qk_l2norm: i32,
+}
+
+/// Kernel D (buffered decode of one layer, one token per row) of `replayssm_decode`, and of
+/// `replayssm_decode_materialize` (which reads only state, the ring, slots, positions and sizes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_decode_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub q: *const c_void,
+    pub k: *const c_void,
+    pub v: *const c_void,
+    pub a: *const c_void,
+    pub b: *const c_void,
+    pub A_log: *const f32,
+    pub dt_bias: *const f32,
+    pub g: *const f32,
+    pub beta: *const f32,
+    pub slots: *const i32,
+    pub positions: *const i32,
+    pub force_flush: *const i32,
+    pub state: *mut f32,
+    pub ring_d: *mut f32,
+    pub ring_k: *mut f32,
+    pub ring_g: *mut f32,
+    pub o: *mut c_void,
+    pub error_word: *mut u32,
+    pub q_stride: i64,
+    pub k_stride: i64,
+    pub v_stride: i64,
+    pub a_stride: i64,
+    pub b_stride: i64,
+    pub o_stride: i64,
+    pub batch: i32,
+    pub num_slots: i32,
+    pub num_layers: i32,
+    pub layer: i32,
+    pub cache_len: i32,
+    pub H: i32,
+    pub HV: i32,
+    pub K: i32,
+    pub V: i32,
+    pub scale: f32,
+    pub dtype: i32,
+    pub variant: i32,
+    pub qk_l2norm: i32,
+    pub reserved: i32,
+}
+
+/// The buffered-decode cursors of `replayssm_decode_cursors`: `op` is a `replayssm_cursor_op`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_cursor_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub cursors: *mut i32,
+    pub slots: *const i32,
+    pub positions: *mut i32,
+    pub force_flush: *const i32,
+    pub error_word: *mut u32,
+    pub batch: i32,
+    pub num_slots: i32,
+    pub cache_len: i32,
+    pub op: i32,
+}
+
+/// What `replayssm_decode_cursors` does to each row (see the kernel layer's `rssm_cursor_op`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum replayssm_cursor_op {
+    /// `positions[b] = cursors[slots[b]]`, before the step's first layer.
+    REPLAYSSM_CURSOR_SNAPSHOT = 0,
+    /// After the step's last layer: flushed rows back to 0, the others `positions[b] + 1`.
+    REPLAYSSM_CURSOR_ADVANCE = 1,
+    /// `cursors[slots[b]] = 0`: the slot was (re)allocated or freed.
+    REPLAYSSM_CURSOR_RESET = 2,
+}
+
+/// Copies the fields both structs share (same names) into the kernel struct.
+macro_rules! mirror {
+    ($abi:ident => $kernel:ident { $($f:ident),* $(,)? } $(reserved: $r:ident)?) => {
+        impl $abi {
+            pub(crate) fn kernel(&self) -> ffi::$kernel {
+                ffi::$kernel { $($f: self.$f,)* $($r: 0,)? }
+            }
+        }
+    };
+}
+
+mirror!(replayssm_recurrent_params => rssm_recurrent_params {
+    q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, slots, state, snapshots, o, error_word,
+    q_stride, k_stride, v_stride, a_stride, b_stride, o_stride, num_tokens, batch, max_seqlen,
+    num_slots, H, HV, K, V, scale, dtype, variant, qk_l2norm, write_state,
+} reserved: reserved);
+
+mirror!(replayssm_verify_params => rssm_verify_params {
+    q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, parent, slots, state, o, ring_v, ring_k,
+    ring_g, ring_beta, error_word, q_stride, k_stride, v_stride, a_stride, b_stride, o_stride,
+    num_tokens, batch, max_seqlen, num_slots, num_layers, layer, window, H, HV, K, V, scale,
+    dtype, variant, qk_l2norm,
+} reserved: reserved);
+
+mirror!(replayssm_fold_params => rssm_fold_params {
+    state, ring_v, ring_k, ring_g, ring_beta, slots, accept_lens, track_slots, track_steps,
+    accept_paths, error_word, batch, num_slots, num_layers, window, H, HV, K, V, dtype, variant,
+    qk_l2norm, path_width,
+});
+
+mirror!(replayssm_replay_params => rssm_replay_params {
+    state, ring_v, ring_k, ring_g, ring_beta, slots, counts, error_word, batch, num_slots,
+    num_layers, layer, window, H, HV, K, V, dtype, variant, qk_l2norm,
+});
+
+mirror!(replayssm_decode_params => rssm_decode_params {
+    q, k, v, a, b, A_log, dt_bias, g, beta, slots, positions, force_flush, state, ring_d, ring_k,
+    ring_g, o, error_word, q_stride, k_stride, v_stride, a_stride, b_stride, o_stride, batch,
+    num_slots, num_layers, layer, cache_len, H, HV, K, V, scale, dtype, variant, qk_l2norm,
+} reserved: reserved);
+
+mirror!(replayssm_cursor_params => rssm_cursor_params {
+    cursors, slots, positions, force_flush, error_word, batch, num_slots, cache_len, op,
+});
+
+// The ABI structs are the kernel structs behind the 8-byte header (pinned here; the header
+// generated from these definitions is checked in CI).
+const _: () = {
+    use std::mem::size_of;
+    assert!(size_of::<replayssm_recurrent_params>() == 8 + size_of::<ffi::rssm_recurrent_params>());
+    assert!(size_of::<replayssm_verify_params>() == 8 + size_of::<ffi::rssm_verify_params>());
+    assert!(size_of::<replayssm_fold_params>() == 8 + size_of::<ffi::rssm_fold_params>());
+    assert!(size_of::<replayssm_replay_params>() == 8 + size_of::<ffi::rssm_replay_params>());
+    assert!(size_of::<replayssm_decode_params>() == 8 + size_of::<ffi::rssm_decode_params>());
+    assert!(size_of::<replayssm_cursor_params>() == 8 + size_of::<ffi::rssm_cursor_params>());
+};
