@@ -30,7 +30,8 @@ impl DType {
         }
     }
 
-    pub(crate) fn to_ffi(self) -> i32 {
+    /// The value of this type in the C ABI (`replayssm_dtype` / `replayssm_variant`).
+    pub fn to_ffi(self) -> i32 {
         (match self {
             DType::F32 => ffi::rssm_dtype_RSSM_DTYPE_F32,
             DType::F16 => ffi::rssm_dtype_RSSM_DTYPE_F16,
@@ -129,7 +130,7 @@ impl ActBuffer {
         }
     }
 
-    pub(crate) fn as_bytes_mut(&mut self) -> &mut [u8] {
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         match self {
             ActBuffer::F32(v) => bytes_of_mut(v),
             ActBuffer::F16(v) => bytes_of_mut(v),

@@ -21,7 +21,8 @@ impl Variant {
             Variant::Kda => "kda",
         }
     }
-    pub(crate) fn to_ffi(self) -> i32 {
+    /// The value of this type in the C ABI (`replayssm_dtype` / `replayssm_variant`).
+    pub fn to_ffi(self) -> i32 {
         (match self {
             Variant::Gdn => ffi::rssm_variant_RSSM_VARIANT_GDN,
             Variant::Kda => ffi::rssm_variant_RSSM_VARIANT_KDA,

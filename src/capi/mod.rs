@@ -280,3 +280,25 @@ pub unsafe extern "C" fn replayssm_struct_size(name: *const c_char) -> usize {
         _ => 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last() -> String {
+        // SAFETY: NUL-terminated thread-local string.
+        unsafe { std::ffi::CStr::from_ptr(replayssm_last_error_message()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_inside_an_entry_becomes_an_internal_error_status() {
+        let st = guard("replayssm_test", || panic!("boom at the test"));
+        assert_eq!(st, replayssm_status::REPLAYSSM_ERR_INTERNAL);
+        assert!(last().contains("boom at the test") && last().starts_with("replayssm_test: internal error"));
+        let st = guard("replayssm_test", || Ok(()));
+        assert_eq!(st, replayssm_status::REPLAYSSM_OK);
+        assert_eq!(last(), "");
+    }
+}

@@ -246,11 +246,20 @@ pub enum replayssm_cursor_op {
 }
 
 /// Copies the fields both structs share (same names) into the kernel struct.
+/// and gives each ABI struct a `Default`: every field zero / NULL, `struct_size` set.
 macro_rules! mirror {
     ($abi:ident => $kernel:ident { $($f:ident),* $(,)? } $(reserved: $r:ident)?) => {
         impl $abi {
             pub(crate) fn kernel(&self) -> ffi::$kernel {
                 ffi::$kernel { $($f: self.$f,)* $($r: 0,)? }
+            }
+        }
+        impl Default for $abi {
+            fn default() -> Self {
+                // SAFETY: every field is an integer, a float or a raw pointer: all-zero is valid.
+                let mut p: $abi = unsafe { std::mem::zeroed() };
+                p.struct_size = std::mem::size_of::<$abi>() as u32;
+                p
             }
         }
     };
