@@ -10,6 +10,8 @@ rssm_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 rssm_tc="$rssm_root/.toolchain"
 rssm_py_pins="nvidia-cuda-nvcc==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85"
 rssm_clang_pin="libclang==18.1.1"
+# The Python binding's test suite (python/tests, emulated backend): NumPy and pytest with its deps.
+rssm_pytest_pins="numpy==2.2.6 pytest==8.3.5 iniconfig==2.1.0 packaging==25.0 pluggy==1.6.0"
 
 rssm_pip() {
   # pip from whichever python3 the machine has; install pip itself if it is missing.
@@ -51,3 +53,11 @@ fi
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
+
+# Installs the Python test dependencies (on demand: only scripts that run pytest call this) and
+# prints the PYTHONPATH that finds them and the binding.
+rssm_python_test_path() {
+  rssm_install "$rssm_tc/pytest" "$rssm_pytest_pins" >&2 || return 1
+  printf '%s' "$rssm_root/python:$rssm_tc/pytest"
+}
+

@@ -23,6 +23,7 @@ pub mod emulator;
 pub mod engine_args;
 pub mod error;
 pub mod ffi;
+pub mod interop;
 mod launch;
 pub mod numerics;
 pub mod pool;

@@ -9,6 +9,7 @@ extern "C" rssm_status RSSM_ENTRY(decode_cursors)(const rssm_cursor_params *para
   if (st != RSSM_OK) return st;
   constexpr int kThreads = 128;
   const int blocks = (params->batch + kThreads - 1) / kThreads;
-  const int err = RSSM_LAUNCH(rssm::cursors_kernel, dim3(blocks), dim3(kThreads), 0, stream, *params);
+  const auto kernel = &rssm::cursors_kernel<kThreads>;
+  const int err = RSSM_LAUNCH(kernel, dim3(blocks), dim3(kThreads), 0, stream, *params);
   return err == 0 ? RSSM_OK : RSSM_LAUNCH_FAILED;
 }

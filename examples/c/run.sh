@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Builds libreplayssm.a, compiles examples/c/fold.c against include/replayssm.h with the system C
 # compiler, and runs it (emulated backend: no GPU needed). Exit status = the example's.
-# Pass a cargo profile dir as $1 (default: debug). Honours CARGO_TARGET_DIR.
+# Pass a cargo profile dir as $1 (default: debug). Honours CARGO_TARGET_DIR and
+# REPLAYSSM_CARGO_FEATURES (so it reuses the build scripts/test made).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 profile=${1:-debug}
 target=${CARGO_TARGET_DIR:-target}
-if [ "$profile" = release ]; then cargo build --locked --lib --release; else cargo build --locked --lib; fi
+features=(--features "${REPLAYSSM_CARGO_FEATURES:-}")
+if [ "$profile" = release ]; then
+  cargo build --locked --lib --release "${features[@]}"
+else
+  cargo build --locked --lib "${features[@]}"
+fi
 out="$target/$profile/examples-c"
 mkdir -p "$out"
 # The static library bundles the kernels, the emulator and cudart_static; the system libraries

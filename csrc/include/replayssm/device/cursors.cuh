@@ -7,7 +7,9 @@
 
 namespace rssm {
 
-__global__ void cursors_kernel(const rssm_cursor_params p) {
+// A template (on its block size) like every kernel here: the header is compiled into both the CUDA
+// and the emulator library, and template instantiations do not collide at link time.
+template <int THREADS> __global__ void __launch_bounds__(THREADS) cursors_kernel(const rssm_cursor_params p) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= p.batch) return;
   const int32_t slot = p.slots[b];

@@ -1,0 +1,147 @@
+"""The Python binding on the emulated backend (NumPy host arrays): kernel results against an
+independent float64 reference, the ReplaySSM identities (verify + fold == recurrent, buffered
+decode == recurrent, bit for bit), and refusals raised as exceptions with the library's message."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import replayssm as rs
+from replayssm import _abi
+from conftest import Problem, delta_rule_reference
+
+
+def bits(x):
+    return np.ascontiguousarray(x).view(np.uint32 if x.dtype == np.float32 else np.uint16)
+
+
+def test_library_loads_and_struct_layouts_match():
+    lib, path = _abi.load()
+    for name, struct in _abi.STRUCTS.items():
+        assert ctypes.sizeof(struct) == lib.replayssm_struct_size(name.encode()), name
+    version, abi = rs.version()
+    assert abi == rs.ABI_VERSION and version > 0
+
+
+def test_validate_config_refuses_a_ring_on_a_pd_decode_pool():
+    with pytest.raises(rs.ConfigRefused) as e:
+        rs.validate_config(["--enable-linear-replayssm", "--disaggregation-mode", "decode"])
+    assert e.value.status == rs.Status.CONFIG_REFUSED
+    assert "A3:" in e.value.message and "--disaggregation-mode='decode'" in e.value.message
+    text = rs.validate_config(["--enable-linear-replayssm-spec", "--speculative-algorithm", "EAGLE",
+                               "--speculative-eagle-topk", "4"])
+    assert "kernels: VT tree verify" in text
+    with pytest.raises(rs.InvalidArgument, match="--bogus"):
+        rs.validate_config(["--bogus"])
+
+
+@pytest.mark.parametrize("kda", [False, True])
+@pytest.mark.parametrize("dtype,tol", [(np.float32, (1e-5, 1e-4)), (np.float16, (2e-3, 2e-2))])
+def test_recurrent_matches_the_float64_reference(rng, kda, dtype, tol):
+    p = Problem(rng, [3, 5, 2], kda=kda, dtype=dtype, null=(1,))
+    state = p.state.copy()
+    o = rs.recurrent(p.q, p.k, p.v, g=p.g, beta=p.beta, state=state, slots=p.slots, cu_seqlens=p.cu_seqlens)
+    o_ref, state_ref = delta_rule_reference(p.q, p.k, p.v, p.g, p.beta, p.state, p.slots, p.cu_seqlens, p.scale)
+    atol, rtol = tol
+    assert not np.isnan(o).any(), "unwritten outputs (the output was NaN-poisoned)"
+    assert np.all(np.abs(o.astype(np.float64) - o_ref) <= atol + rtol * np.abs(o_ref))
+    assert np.all(np.abs(state - state_ref) <= 1e-5 + 1e-4 * np.abs(state_ref))
+    # The null request's tokens are zero and the untouched slots keep their bits.
+    assert (o[3:8] == 0).all()
+    live = set(p.slots[p.slots >= 0].tolist())
+    for s in range(len(state)):
+        if s not in live:
+            assert (bits(state[s]) == bits(p.state[s])).all()
+
+
+@pytest.mark.parametrize("kda", [False, True])
+def test_verify_then_fold_gives_the_recurrent_state_bit_for_bit(rng, kda):
+    p = Problem(rng, [4, 2, 3], kda=kda)
+    NL, W = 2, 4
+    NS = len(p.state)
+    pool = np.stack([p.state, p.state])  # [NL, NS, HV, V, K]
+    ring = (np.full((NL, NS, p.HV, W, p.V), np.nan, np.float32),
+            np.full((NL, NS, p.H, W, p.K), np.nan, np.float32),
+            np.full((NL, NS, p.HV, W, p.K) if kda else (NL, NS, p.HV, W), np.nan, np.float32),
+            np.full((NL, NS, p.HV, W), np.nan, np.float32))
+    for layer in range(NL):
+        o = rs.verify(p.q, p.k, p.v, g=p.g, beta=p.beta, state=pool, slots=p.slots, cu_seqlens=p.cu_seqlens,
+                      layer=layer, ring=ring)
+        o_ref, _ = delta_rule_reference(p.q, p.k, p.v, p.g, p.beta, p.state, p.slots, p.cu_seqlens, p.scale)
+        assert np.all(np.abs(o - o_ref) <= 1e-5 + 1e-4 * np.abs(o_ref)), "verify outputs vs float64"
+    accept = np.array([4, 2, 3], np.int32)  # everything accepted: the fold must land on R's state
+    err = np.zeros(1, np.uint32)
+    rs.fold(state=pool, ring=ring, slots=p.slots, accept_lens=accept, error_word=err)
+    assert err[0] == 0
+    state_r = p.state.copy()
+    rs.recurrent(p.q, p.k, p.v, g=p.g, beta=p.beta, state=state_r, slots=p.slots, cu_seqlens=p.cu_seqlens)
+    for layer in range(NL):
+        assert (bits(pool[layer]) == bits(state_r)).all(), "fold is not bit-identical to kernel R"
+
+
+def test_buffered_decode_with_cursors_gives_the_recurrent_bits(rng):
+    steps, L, B = 6, 4, 3
+    p = Problem(rng, [steps] * B, null=(2,))
+    NS = len(p.state)
+    state = p.state[None].copy()  # one layer
+    ring = (np.full((1, NS, p.HV, L, p.V), np.nan, np.float32), np.full((1, NS, p.H, L, p.K), np.nan, np.float32),
+            np.full((1, NS, p.HV, L), np.nan, np.float32))
+    cursors = np.zeros(NS, np.int32)
+    positions = np.zeros(B, np.int32)
+    o = np.full((B, steps, p.HV, p.V), np.nan, np.float32)
+    q, k, v = (x.reshape(B, steps, *x.shape[1:]) for x in (p.q, p.k, p.v))
+    g, beta = (x.reshape(B, steps, *x.shape[1:]) for x in (p.g, p.beta))
+    err = np.zeros(1, np.uint32)
+    for t in range(steps):
+        rs.decode_cursors(rs.CursorOp.SNAPSHOT, cursors=cursors, slots=p.slots, positions=positions, cache_len=L)
+        # Strided token rows straight out of the [B, steps, ...] arrays; the gate must be dense.
+        rs.decode(q[:, t], k[:, t], v[:, t], g=np.ascontiguousarray(g[:, t]), beta=np.ascontiguousarray(beta[:, t]),
+                  state=state, decode_ring=ring, slots=p.slots, positions=positions, layer=0, o=o[:, t],
+                  error_word=err)
+        rs.decode_cursors(rs.CursorOp.ADVANCE, cursors=cursors, slots=p.slots, positions=positions, cache_len=L)
+    rs.decode_cursors(rs.CursorOp.SNAPSHOT, cursors=cursors, slots=p.slots, positions=positions, cache_len=L)
+    assert positions.tolist() == [steps % L, steps % L, 0]
+    rs.decode_materialize(state=state, decode_ring=ring, slots=p.slots, positions=positions, error_word=err)
+    rs.decode_cursors(rs.CursorOp.RESET, cursors=cursors, slots=p.slots, cache_len=L)
+    assert err[0] == 0 and (cursors == 0).all()
+    state_r = p.state.copy()
+    o_r = rs.recurrent(p.q, p.k, p.v, g=p.g, beta=p.beta, state=state_r, slots=p.slots, cu_seqlens=p.cu_seqlens)
+    assert (bits(o.reshape(o_r.shape)) == bits(o_r)).all()
+    assert (bits(state[0]) == bits(state_r)).all()
+
+
+def test_bad_inputs_raise_with_the_field_named(rng):
+    p = Problem(rng, [2, 2])
+    kw = dict(g=p.g, beta=p.beta, slots=p.slots, cu_seqlens=p.cu_seqlens)
+    with pytest.raises(rs.InvalidArgument, match="k has dtype f16, expected f32"):
+        rs.recurrent(p.q.astype(np.float32), p.k.astype(np.float16), p.v, state=p.state.copy(), **kw)
+    with pytest.raises(rs.InvalidArgument, match="dtype float64"):
+        rs.recurrent(p.q.astype(np.float64), p.k, p.v, state=p.state.copy(), **kw)
+    with pytest.raises(rs.InvalidArgument, match="state has shape"):
+        rs.recurrent(p.q, p.k, p.v, state=p.state[:, :, :, :16].copy(), **kw)
+    with pytest.raises(rs.InvalidArgument, match="state must be contiguous"):
+        rs.recurrent(p.q, p.k, p.v, state=np.swapaxes(p.state.copy(), 2, 3), **kw)
+    with pytest.raises(rs.InvalidArgument, match="exactly one gate form"):
+        rs.recurrent(p.q, p.k, p.v, state=p.state.copy(), slots=p.slots, cu_seqlens=p.cu_seqlens)
+    with pytest.raises(rs.InvalidArgument, match="cu_seqlens has shape"):
+        rs.recurrent(p.q, p.k, p.v, state=p.state.copy(), g=p.g, beta=p.beta, slots=p.slots,
+                     cu_seqlens=p.cu_seqlens[:2])
+    # Shapes that only the library refuses: its message comes through.
+    q48 = rng.uniform(-1, 1, (4, 2, 48)).astype(np.float32)
+    st48 = np.zeros((3, 4, 32, 48), np.float32)
+    with pytest.raises(rs.Unsupported, match="K = 48"):
+        rs.recurrent(q48, q48.copy(), p.v, g=p.g, beta=p.beta, state=st48, slots=p.slots, cu_seqlens=p.cu_seqlens)
+    with pytest.raises(rs.InvalidArgument, match="exactly one of accept_lens"):
+        NS = len(p.state)
+        ring = (np.zeros((1, NS, 4, 2, 32), np.float32), np.zeros((1, NS, 2, 2, 32), np.float32),
+                np.zeros((1, NS, 4, 2), np.float32), np.zeros((1, NS, 4, 2), np.float32))
+        rs.fold(state=p.state[None].copy(), ring=ring, slots=p.slots)
+    with pytest.raises(TypeError):
+        rs.recurrent(p.q, p.k, p.v, state=p.state.copy(), bogus=1, **kw)
+
+
+def test_cuda_backend_reports_why_it_is_unavailable_or_is_available():
+    ok, why = rs.backend_available(rs.Backend.CUDA)
+    assert ok or why, "an unavailable backend must say why"
+    assert rs.backend_available(rs.Backend.EMULATED) == (True, "")
