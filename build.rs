@@ -76,8 +76,10 @@ fn build_host(root: &Path, kernels: &[PathBuf]) {
         .include(root.join("csrc/emu"))
         // Contractions would make the emulated result depend on inlining; kernels use fmaf explicitly.
         .flag("-ffp-contract=off")
-        // threadIdx and friends read a thread_local on every use: keep TLS access a plain load.
-        .flag("-ftls-model=initial-exec")
+        // No -ftls-model=initial-exec: it marks libreplayssm.so STATIC_TLS, and with cudart_static's
+        // page-aligned TLS the dlopen (Python ctypes) fails with "cannot allocate memory in static
+        // TLS block". Linked into an executable, the linker relaxes threadIdx's TLS access to a
+        // plain load anyway.
         .flag_if_supported("-Wall")
         .flag_if_supported("-Wextra")
         .flag("-x")

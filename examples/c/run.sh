@@ -8,10 +8,12 @@ cd "$(dirname "$0")/../.."
 profile=${1:-debug}
 target=${CARGO_TARGET_DIR:-target}
 features=(--features "${REPLAYSSM_CARGO_FEATURES:-}")
+# --tests: resolve features as `cargo test` does (dev-dependencies included), so the build
+# script and the CUDA objects of the test run are reused instead of rebuilt.
 if [ "$profile" = release ]; then
-  cargo build --locked --lib --release "${features[@]}"
+  cargo build --locked --lib --tests --release "${features[@]}"
 else
-  cargo build --locked --lib "${features[@]}"
+  cargo build --locked --lib --tests "${features[@]}"
 fi
 out="$target/$profile/examples-c"
 mkdir -p "$out"
