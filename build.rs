@@ -170,7 +170,7 @@ fn build_cuda(root: &Path, out: &Path, nvcc: &Path, kernels: &[PathBuf]) -> Cuda
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let mut report = String::from("kernel\tarch\tregisters\tstack_bytes\tspill_stores\tspill_loads\n");
+    let mut report = String::from("kernel\tarch\tregisters\tstack_bytes\tspill_stores\tspill_loads\tsmem_bytes\n");
     let mut archive = cc::Build::new();
     for (src, obj, o) in results {
         let stderr = String::from_utf8_lossy(&o.stderr);
@@ -241,8 +241,15 @@ fn parse_ptxas_report(stderr: &str) -> String {
                     .ok()
                     .and_then(|s| s.demangle(&cpp_demangle::DemangleOptions::default()).ok())
                     .unwrap_or(name);
+                // "Used 94 registers, used 1 barriers, 384 bytes smem, 400 bytes cmem[0]"
+                let smem = rest
+                    .split(',')
+                    .find(|part| part.contains("bytes smem"))
+                    .and_then(|part| part.split_whitespace().next())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
                 rows.push_str(&format!(
-                    "{pretty}\t{arch}\t{regs}\t{}\t{}\t{}\n",
+                    "{pretty}\t{arch}\t{regs}\t{}\t{}\t{}\t{smem}\n",
                     stack.0, stack.1, stack.2
                 ));
             }
@@ -260,10 +267,12 @@ fn write_build_info(out: &Path, cuda: Option<&CudaBuild>) {
     let info = format!(
         "/// Whether the CUDA backend was compiled in.\npub const CUDA_COMPILED: bool = {};\n\
          /// `nvcc --version` release line used for the build (empty without CUDA).\npub const NVCC_VERSION: &str = {:?};\n\
-         /// SASS architectures compiled (compute_90 PTX is always embedded too).\npub const CUDA_ARCHS: &str = {:?};\n",
+         /// SASS architectures compiled (compute_90 PTX is always embedded too).\npub const CUDA_ARCHS: &str = {:?};\n\
+         /// Where the nvcc objects (`*.cuda.o`, with their cubins) of this build are (empty without CUDA).\npub const CUDA_OBJECTS_DIR: &str = {:?};\n",
         cuda.is_some(),
         version,
-        archs
+        archs,
+        if cuda.is_some() { out.display().to_string() } else { String::new() }
     );
     fs::write(out.join("build_info.rs"), info).expect("write build info");
 }

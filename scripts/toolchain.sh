@@ -10,6 +10,8 @@ rssm_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 rssm_tc="$rssm_root/.toolchain"
 rssm_py_pins="nvidia-cuda-nvcc==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85"
 rssm_clang_pin="libclang==18.1.1"
+# SASS inspection (tests/sass.rs): there is no 13.0 wheel of these; 13.2 reads 13.0 cubins.
+rssm_sass_pins="nvidia-cuda-cuobjdump==13.2.51 nvidia-cuda-nvdisasm==13.2.51"
 # The Python binding's test suite (python/tests, emulated backend): NumPy and pytest with its deps.
 rssm_pytest_pins="numpy==2.2.6 pytest==8.3.5 iniconfig==2.1.0 packaging==25.0 pluggy==1.6.0"
 
@@ -59,5 +61,12 @@ fi
 rssm_python_test_path() {
   rssm_install "$rssm_tc/pytest" "$rssm_pytest_pins" >&2 || return 1
   printf '%s' "$rssm_root/python:$rssm_tc/pytest"
+}
+
+# Installs cuobjdump + nvdisasm (on demand: scripts/test) and exports CUOBJDUMP for tests/sass.rs.
+rssm_sass_tools() {
+  if [ -n "${CUOBJDUMP:-}" ]; then return 0; fi
+  rssm_install "$rssm_tc/sass" "$rssm_sass_pins" || return 1
+  export CUOBJDUMP="$rssm_tc/sass/nvidia/cu13/bin/cuobjdump"
 }
 

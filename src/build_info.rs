@@ -15,6 +15,8 @@ pub struct KernelResources {
     pub stack_bytes: u32,
     pub spill_stores: u32,
     pub spill_loads: u32,
+    /// Static shared memory per block (dynamic shared memory comes from the launch).
+    pub smem_bytes: u32,
 }
 
 /// The ptxas report of every compiled kernel (empty without CUDA).
@@ -32,6 +34,7 @@ pub fn kernel_resources() -> Vec<KernelResources> {
                 stack_bytes: num(3)?,
                 spill_stores: num(4)?,
                 spill_loads: num(5)?,
+                smem_bytes: num(6).unwrap_or(0),
             })
         })
         .collect()

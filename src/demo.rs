@@ -11,6 +11,7 @@ use crate::backend::Backend;
 use crate::config::{resolve, EngineFlags};
 use crate::dtype::{ActBuffer, DType};
 use crate::error::Result;
+use crate::floor::{decode_step_bytes, ring_record_bytes, step_bytes};
 use crate::numerics::{compare, Tolerance};
 use crate::pool::CheckpointPool;
 use crate::problem::{HeadDims, Variant};
@@ -19,22 +20,6 @@ use crate::reference;
 use crate::ring::{RingShape, SpecRing};
 use crate::spec::{fold, verify};
 use crate::workload::{RecurrentData, WorkloadSpec};
-
-/// Bytes of one ring record per slot and position (SPEC §8): `E = HV·V·2 + H·K·2 + HV·8`.
-pub fn ring_record_bytes(d: &HeadDims, act: DType) -> usize {
-    d.hv * d.v * act.size() + d.h * d.k * act.size() + d.hv * 8
-}
-
-/// SPEC §8 bandwidth floors of one layer and one step, in bytes.
-#[derive(Clone, Copy, Debug)]
-pub struct StepBytes {
-    /// ReplaySSM verify: checkpoint read + ring write + inputs + outputs.
-    pub verify: usize,
-    /// ReplaySSM fold of `n` tokens: checkpoint read and write + `n` ring records.
-    pub fold: usize,
-    /// Recurrent verify with snapshots: checkpoint read + `T` snapshots + inputs + outputs.
-    pub recurrent_snapshots: usize,
-}
 
 /// The shapes the byte models are printed for: the demo's own and a Qwen3-Next-like layer
 /// (H=16, HV=32, K=V=128) at B=64.
@@ -46,18 +31,6 @@ fn modelled_shapes(dims: HeadDims, batch: usize) -> [(&'static str, HeadDims, us
         v: 128,
     };
     [("this demo", dims, batch), ("Qwen3-Next-like layer", qwen3_next, 64)]
-}
-
-pub fn step_bytes(d: &HeadDims, act: DType, batch: usize, t: usize, accepted: usize) -> StepBytes {
-    let state = d.state_elems() * 4;
-    let e = ring_record_bytes(d, act);
-    let inputs = t * (2 * d.h * d.k + d.hv * d.v + 2 * d.hv) * act.size();
-    let outputs = t * d.hv * d.v * act.size();
-    StepBytes {
-        verify: batch * (state + t * e + inputs + outputs),
-        fold: batch * 2 * state + accepted * e,
-        recurrent_snapshots: batch * ((1 + t) * state + inputs + outputs),
-    }
 }
 
 fn judge_recurrent(backend: Backend, seed: u64) -> Result<bool> {
@@ -289,25 +262,6 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
     let ok = r_ok && identical;
     println!("result: backend={backend} {}", if ok { "PASS" } else { "FAIL" });
     Ok(ok)
-}
-
-/// Bytes of one buffered-decode record (SPEC §4 D, f32 ring): `u [HV, V]`, `k̂ [H, K]`, `g`.
-pub fn decode_record_bytes(d: &HeadDims, variant: Variant) -> usize {
-    (d.hv * d.v + d.h * d.k + d.hv * d.gate_width(variant)) * 4
-}
-
-/// Modelled bytes of one decode step and layer, averaged over a flush period of `l` steps:
-/// `(recurrent, buffered)`. Recurrent reads and writes the state; buffered reads the state and
-/// on average `(L-1)/2` records, appends one record on `L-1` of `L` steps and writes the state
-/// on the other.
-pub fn decode_step_bytes(d: &HeadDims, variant: Variant, act: DType, batch: usize, l: usize) -> (f64, f64) {
-    let state = (d.state_elems() * 4) as f64;
-    let io = ((2 * d.h * d.k + 2 * d.hv * d.v + 2 * d.hv) * act.size()) as f64;
-    let e = decode_record_bytes(d, variant) as f64;
-    let lf = l as f64;
-    let recurrent = batch as f64 * (2.0 * state + io);
-    let buffered = batch as f64 * (state + (lf - 1.0) / 2.0 * e + (lf - 1.0) / lf * e + state / lf + io);
-    (recurrent, buffered)
 }
 
 /// `replayssm demo --mode decode`: buffered decode (kernel D, cache length `l`) vs the recurrent

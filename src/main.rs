@@ -53,6 +53,20 @@ enum Command {
         #[arg(long, default_value = "emulated")]
         backend: Backend,
     },
+    /// The bytes floor of every kernel (SPEC §8) for the model shapes of the performance targets,
+    /// B in {1..512}, T (L for D) in {2, 4, 6, 8}: bytes and the time they take at `--bandwidth`.
+    Floor {
+        /// Copy bandwidth in TB/s to express floors as time (measure it on the device; the H200
+        /// copies about 4.3 TB/s device to device).
+        #[arg(long, default_value_t = 4.3)]
+        bandwidth: f64,
+        /// One JSON object per line instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// bf16, f16 or f32 activations.
+        #[arg(long, default_value = "bf16")]
+        dtype: DType,
+    },
     /// Check engine flags against the capability gates (SPEC §5): exit 0 and print the resolved
     /// configuration when accepted (warnings on stderr), exit 2 with the reason when refused.
     Validate(replayssm::engine_args::EngineArgs),
@@ -119,6 +133,46 @@ fn validate(a: replayssm::engine_args::EngineArgs) -> ExitCode {
     }
 }
 
+fn floor(bandwidth_tbs: f64, json: bool, dtype: DType) -> ExitCode {
+    use replayssm::floor::{floor_us, kernel_floors, BATCHES, MODEL_SHAPES, WINDOWS};
+    if !(bandwidth_tbs.is_finite() && bandwidth_tbs > 0.0) {
+        eprintln!("floor: --bandwidth must be a positive number of TB/s, got {bandwidth_tbs}");
+        return ExitCode::from(2);
+    }
+    let bw = bandwidth_tbs * 1e12;
+    if !json {
+        println!(
+            "bytes floor per launch (F: all layers; others: one layer), {} activations, at {bandwidth_tbs} TB/s:",
+            dtype.name()
+        );
+        println!(
+            "  {:<17} {:>4} {:>2}  {:<10} {:>14} {:>10}",
+            "shape", "B", "T", "kernel", "bytes", "floor_us"
+        );
+    }
+    for shape in &MODEL_SHAPES {
+        for &b in &BATCHES {
+            for &t in &WINDOWS {
+                for f in kernel_floors(shape, dtype, b, t) {
+                    let us = floor_us(f.bytes, bw);
+                    if json {
+                        println!(
+                            "{{\"shape\":\"{}\",\"layers\":{},\"B\":{b},\"T\":{t},\"kernel\":\"{}\",\"bytes\":{:.0},\"floor_us\":{us:.3},\"bandwidth_tbs\":{bandwidth_tbs}}}",
+                            shape.name, shape.layers, f.kernel, f.bytes
+                        );
+                    } else {
+                        println!(
+                            "  {:<17} {b:>4} {t:>2}  {:<10} {:>14.0} {us:>10.2}",
+                            shape.name, f.kernel, f.bytes
+                        );
+                    }
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -132,6 +186,7 @@ fn main() -> ExitCode {
         } => demo(backend.unwrap_or_else(Backend::best), seed, steps, &mode, cache_len),
         Command::Check { files, backend } => check(&files, backend),
         Command::Validate(a) => validate(a),
+        Command::Floor { bandwidth, json, dtype } => floor(bandwidth, json, dtype),
         Command::MakeCase {
             out,
             op,
@@ -255,15 +310,36 @@ fn info() -> ExitCode {
     if res.is_empty() {
         println!("kernel resources: none (no CUDA build)");
     } else {
-        println!("kernel resources (ptxas -v):");
+        println!("kernel resources (ptxas -v) and theoretical occupancy on sm_90 (128-thread blocks; V at a 16-token window):");
         println!(
-            "  {:<7} {:>5} {:>6} {:>8} {:>8}  kernel",
-            "arch", "regs", "stack", "spill_st", "spill_ld"
+            "  {:<7} {:>5} {:>6} {:>8} {:>8} {:>6} {:>7} {:>9} {:>5}  {:<13}  kernel",
+            "arch", "regs", "stack", "spill_st", "spill_ld", "smem", "dynsmem", "blocks/SM", "occ", "limited by"
         );
+        let occ = replayssm::occupancy::report();
         for r in res {
+            let o = occ.iter().find(|(k, _, _)| k == &r);
+            let (dyn_smem, blocks, frac, limiter) = match o {
+                Some((_, l, o)) => (
+                    l.dynamic_smem.to_string(),
+                    o.blocks_per_sm.to_string(),
+                    format!("{:.0}%", 100.0 * o.fraction),
+                    o.limiter,
+                ),
+                None => ("-".into(), "-".into(), "-".into(), "-"),
+            };
             println!(
-                "  {:<7} {:>5} {:>6} {:>8} {:>8}  {}",
-                r.arch, r.registers, r.stack_bytes, r.spill_stores, r.spill_loads, r.kernel
+                "  {:<7} {:>5} {:>6} {:>8} {:>8} {:>6} {:>7} {:>9} {:>5}  {:<13}  {}",
+                r.arch,
+                r.registers,
+                r.stack_bytes,
+                r.spill_stores,
+                r.spill_loads,
+                r.smem_bytes,
+                dyn_smem,
+                blocks,
+                frac,
+                limiter,
+                r.kernel
             );
         }
     }

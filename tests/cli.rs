@@ -288,3 +288,29 @@ fn demo_decode_mode_reports_bit_identical_buffered_decode() {
     assert!(s.contains("32 flushes over 240 row-steps"), "{s}");
     assert!(s.contains("result: backend="), "{s}");
 }
+
+#[test]
+fn floor_prints_the_whole_grid_and_the_hand_worked_verify_floor() {
+    let out = bin().args(["floor", "--json", "--bandwidth", "4.0"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    // 4 model shapes x 7 batches x 4 windows x 8 kernel floors.
+    assert_eq!(text.lines().count(), 4 * 7 * 4 * 8);
+    // Qwen3-Next, B=1, T=4, V: 2_097_152 + 4 * (12_544 + 16_512 + 8_192) bytes (worked in
+    // src/floor.rs's test), and 2_246_144 / 4e12 s = 0.562 us.
+    let line = text
+        .lines()
+        .find(|l| {
+            l.contains("\"Qwen3-Next\"")
+                && l.contains("\"B\":1,")
+                && l.contains("\"T\":4,")
+                && l.contains("\"kernel\":\"V\"")
+        })
+        .expect("the Qwen3-Next V line");
+    assert!(
+        line.contains("\"bytes\":2246144,") && line.contains("\"floor_us\":0.562,"),
+        "{line}"
+    );
+    let bad = bin().args(["floor", "--bandwidth", "0"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}

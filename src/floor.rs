@@ -1,0 +1,219 @@
+//! The bytes floor of every kernel (SPEC §8): the bytes a kernel must move at least, per model
+//! shape, batch `B` and window `T` (cache length `L` for D). Every kernel here is memory-bound, so
+//! a measured time is reported as percent of `floor bytes / copy bandwidth`; the bandwidth is the
+//! device-to-device copy rate measured in the same run (about 4.3 TB/s on an H200).
+//! `replayssm floor` prints the table; the demo's byte lines use the same functions.
+
+use crate::dtype::DType;
+use crate::problem::{HeadDims, Variant};
+
+/// Bytes of one ring record per slot and position (SPEC §8): `E = HV·V·2 + H·K·2 + HV·8`.
+pub fn ring_record_bytes(d: &HeadDims, act: DType) -> usize {
+    d.hv * d.v * act.size() + d.h * d.k * act.size() + d.hv * 8
+}
+
+/// SPEC §8 bandwidth floors of one layer and one step, in bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct StepBytes {
+    /// ReplaySSM verify: checkpoint read + ring write + inputs + outputs.
+    pub verify: usize,
+    /// ReplaySSM fold of `n` tokens: checkpoint read and write + `n` ring records.
+    pub fold: usize,
+    /// Recurrent verify with snapshots: checkpoint read + `T` snapshots + inputs + outputs.
+    pub recurrent_snapshots: usize,
+}
+
+pub fn step_bytes(d: &HeadDims, act: DType, batch: usize, t: usize, accepted: usize) -> StepBytes {
+    let state = d.state_elems() * 4;
+    let e = ring_record_bytes(d, act);
+    let inputs = t * (2 * d.h * d.k + d.hv * d.v + 2 * d.hv) * act.size();
+    let outputs = t * d.hv * d.v * act.size();
+    StepBytes {
+        verify: batch * (state + t * e + inputs + outputs),
+        fold: batch * 2 * state + accepted * e,
+        recurrent_snapshots: batch * ((1 + t) * state + inputs + outputs),
+    }
+}
+
+/// Bytes of one buffered-decode record (SPEC §4 D, f32 ring): `u [HV, V]`, `k̂ [H, K]`, `g`.
+pub fn decode_record_bytes(d: &HeadDims, variant: Variant) -> usize {
+    (d.hv * d.v + d.h * d.k + d.hv * d.gate_width(variant)) * 4
+}
+
+/// Modelled bytes of one decode step and layer, averaged over a flush period of `l` steps:
+/// `(recurrent, buffered)`. Recurrent reads and writes the state; buffered reads the state and
+/// on average `(L-1)/2` records, appends one record on `L-1` of `L` steps and writes the state
+/// on the other.
+pub fn decode_step_bytes(d: &HeadDims, variant: Variant, act: DType, batch: usize, l: usize) -> (f64, f64) {
+    let state = (d.state_elems() * 4) as f64;
+    let io = ((2 * d.h * d.k + 2 * d.hv * d.v + 2 * d.hv) * act.size()) as f64;
+    let e = decode_record_bytes(d, variant) as f64;
+    let lf = l as f64;
+    let recurrent = batch as f64 * (2.0 * state + io);
+    let buffered = batch as f64 * (state + (lf - 1.0) / 2.0 * e + (lf - 1.0) / lf * e + state / lf + io);
+    (recurrent, buffered)
+}
+
+/// A model's linear-attention layer as one GPU sees it (after tensor parallelism).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelShape {
+    pub name: &'static str,
+    pub dims: HeadDims,
+    /// Linear-attention layers (what F folds in one launch).
+    pub layers: usize,
+    pub variant: Variant,
+}
+
+const fn dims(h: usize, hv: usize, k: usize, v: usize) -> HeadDims {
+    HeadDims { h, hv, k, v }
+}
+
+/// The shapes of the performance targets (issue 6).
+pub const MODEL_SHAPES: [ModelShape; 4] = [
+    ModelShape {
+        name: "Qwen3-Next",
+        dims: dims(16, 32, 128, 128),
+        layers: 36,
+        variant: Variant::Gdn,
+    },
+    ModelShape {
+        name: "Qwen3.5-122B",
+        dims: dims(16, 64, 128, 128),
+        layers: 36,
+        variant: Variant::Gdn,
+    },
+    ModelShape {
+        name: "Qwen3.5-397B-TP4",
+        dims: dims(4, 16, 128, 128),
+        layers: 45,
+        variant: Variant::Gdn,
+    },
+    ModelShape {
+        name: "Kimi-K3-TP8",
+        dims: dims(12, 12, 128, 128),
+        layers: 69,
+        variant: Variant::Kda,
+    },
+];
+
+/// Batches and windows of the benchmark grid.
+pub const BATCHES: [usize; 7] = [1, 8, 32, 64, 128, 256, 512];
+pub const WINDOWS: [usize; 4] = [2, 4, 6, 8];
+
+/// One kernel's floor at one point of the grid.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KernelFloor {
+    /// `R-decode`, `R-window`, `V`, `F`, `P`, `D-nonflush`, `D-flush`, `D-cycle`.
+    pub kernel: &'static str,
+    /// What one launch (F: all layers; the others: one layer) must move at least, in bytes.
+    pub bytes: f64,
+}
+
+/// The floors of every kernel for `shape` at batch `b` and window `t` (all `t` tokens accepted
+/// for F and P; cache length `L = t` for D), activations in `act`.
+pub fn kernel_floors(shape: &ModelShape, act: DType, b: usize, t: usize) -> Vec<KernelFloor> {
+    let d = &shape.dims;
+    let bf = b as f64;
+    let state = (d.state_elems() * 4) as f64;
+    let sb = step_bytes(d, act, b, t, b * t);
+    // One token of R: read and write the state, its inputs and output.
+    let io1 = ((2 * d.h * d.k + d.hv * d.v + 2 * d.hv + d.hv * d.v) * act.size()) as f64;
+    let e = ring_record_bytes(d, act) as f64;
+    let de = decode_record_bytes(d, shape.variant) as f64;
+    let dio = ((2 * d.h * d.k + 2 * d.hv * d.v + 2 * d.hv) * act.size()) as f64;
+    let l = t as f64;
+    // D without a flush: read the state and on average (L-1)/2 pending records, append one.
+    let nonflush = bf * (state + (l - 1.0) / 2.0 * de + de + dio);
+    // D on a flush step: read the state and L-1 records, write the state.
+    let flush = bf * (2.0 * state + (l - 1.0) * de + dio);
+    vec![
+        KernelFloor {
+            kernel: "R-decode",
+            bytes: bf * (2.0 * state + io1),
+        },
+        KernelFloor {
+            kernel: "R-window",
+            bytes: sb.recurrent_snapshots as f64,
+        },
+        KernelFloor {
+            kernel: "V",
+            bytes: sb.verify as f64,
+        },
+        KernelFloor {
+            kernel: "F",
+            bytes: shape.layers as f64 * sb.fold as f64,
+        },
+        KernelFloor {
+            kernel: "P",
+            bytes: bf * (2.0 * state + l * e),
+        },
+        KernelFloor {
+            kernel: "D-nonflush",
+            bytes: nonflush,
+        },
+        KernelFloor {
+            kernel: "D-flush",
+            bytes: flush,
+        },
+        KernelFloor {
+            kernel: "D-cycle",
+            bytes: ((l - 1.0) * nonflush + flush) / l,
+        },
+    ]
+}
+
+/// The floor as a time: `bytes / bandwidth`, bandwidth in bytes per second, in microseconds.
+pub fn floor_us(bytes: f64, bandwidth: f64) -> f64 {
+    bytes / bandwidth * 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qwen3_next() -> ModelShape {
+        MODEL_SHAPES[0]
+    }
+
+    // Worked by hand for Qwen3-Next (H=16, HV=32, K=V=128), bf16, B=1, T=4:
+    // state = 32*128*128*4 = 2_097_152; E = 32*128*2 + 16*128*2 + 32*8 = 12_544;
+    // inputs/token = (2*16*128 + 32*128 + 2*32)*2 = 16_512; outputs/token = 32*128*2 = 8_192.
+    #[test]
+    fn floors_match_the_spec_formulas_worked_by_hand() {
+        let f = kernel_floors(&qwen3_next(), DType::BF16, 1, 4);
+        let get = |k: &str| f.iter().find(|x| x.kernel == k).map(|x| x.bytes).unwrap();
+        // V: state + T*E + T*(inputs + outputs) = 2_097_152 + 50_176 + 66_048 + 32_768.
+        assert_eq!(get("V"), 2_246_144.0);
+        // Recurrent verify with T snapshots: (1+T)*state + inputs + outputs.
+        assert_eq!(get("R-window"), 10_485_760.0 + 98_816.0);
+        // F over 36 layers: 36 * (2*state + T*E) = 36 * 4_244_480.
+        assert_eq!(get("F"), 36.0 * 4_244_480.0);
+        // P, one layer: 2*state + T*E.
+        assert_eq!(get("P"), 4_244_480.0);
+        // R decode: 2*state + one token's inputs and output.
+        assert_eq!(get("R-decode"), 4_194_304.0 + 16_512.0 + 8_192.0);
+        // SPEC §8 anchor: verify moves about 0.22x the bytes of a T=4 snapshot verify.
+        let ratio = get("V") / get("R-window");
+        assert!((0.20..0.23).contains(&ratio), "{ratio}");
+    }
+
+    #[test]
+    fn floors_scale_with_batch_and_the_decode_cycle_averages_its_phases() {
+        let s = MODEL_SHAPES[3];
+        let one = kernel_floors(&s, DType::BF16, 1, 8);
+        let many = kernel_floors(&s, DType::BF16, 64, 8);
+        for (a, b) in one.iter().zip(&many) {
+            assert_eq!(a.kernel, b.kernel);
+            assert!(
+                (b.bytes / a.bytes - 64.0).abs() < 1e-9,
+                "{} does not scale with B",
+                a.kernel
+            );
+        }
+        let get = |k: &str| many.iter().find(|x| x.kernel == k).map(|x| x.bytes).unwrap();
+        let cycle = (7.0 * get("D-nonflush") + get("D-flush")) / 8.0;
+        assert_eq!(get("D-cycle"), cycle);
+        assert!(get("D-nonflush") < get("R-decode"), "non-flush D must move less than R");
+        assert!((floor_us(4.3e12, 4.3e12) - 1e6).abs() < 1e-6);
+    }
+}
