@@ -135,7 +135,8 @@ thread_local! {
 
 fn set_last_error(message: &str, cuda_error: i32) {
     let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = (c, cuda_error));
+    // A thread being torn down has no last error to keep.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = (c, cuda_error));
 }
 
 /// Runs an entry: clears the thread's last error, catches panics, records the failure.
@@ -205,13 +206,21 @@ pub(crate) fn backend_of(raw: i32) -> Result<Backend, Failure> {
     Ok(backend)
 }
 
+/// Runs an accessor that cannot fail on valid input, with `fallback` if it panics anyway
+/// (nothing unwinds into the caller from any export).
+fn never_unwind<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
 /// The library version as `major * 10000 + minor * 100 + patch`.
 #[no_mangle]
 pub extern "C" fn replayssm_version() -> u32 {
-    let part = |s: &str| s.parse::<u32>().unwrap_or(0);
-    part(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
-        + part(env!("CARGO_PKG_VERSION_MINOR")) * 100
-        + part(env!("CARGO_PKG_VERSION_PATCH"))
+    never_unwind(0, || {
+        let part = |s: &str| s.parse::<u32>().unwrap_or(0);
+        part(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+            + part(env!("CARGO_PKG_VERSION_MINOR")) * 100
+            + part(env!("CARGO_PKG_VERSION_PATCH"))
+    })
 }
 
 /// The C ABI version this library implements (`REPLAYSSM_ABI_VERSION` of its header).
@@ -242,13 +251,16 @@ pub extern "C" fn replayssm_status_string(status: i32) -> *const c_char {
 /// valid until the next replayssm call on this thread.
 #[no_mangle]
 pub extern "C" fn replayssm_last_error_message() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().0.as_ptr())
+    // During thread teardown the thread-local may be gone: answer "" rather than unwind.
+    never_unwind(c"".as_ptr(), || {
+        LAST_ERROR.try_with(|e| e.borrow().0.as_ptr()).unwrap_or(c"".as_ptr())
+    })
 }
 
 /// The cudaError_t of the last entry called on this thread (0 if it did not fail in CUDA).
 #[no_mangle]
 pub extern "C" fn replayssm_last_cuda_error() -> i32 {
-    LAST_ERROR.with(|e| e.borrow().1)
+    never_unwind(0, || LAST_ERROR.try_with(|e| e.borrow().1).unwrap_or(0))
 }
 
 /// `REPLAYSSM_OK` if `backend` (a `replayssm_backend`) can run here; otherwise
@@ -270,7 +282,8 @@ pub unsafe extern "C" fn replayssm_struct_size(name: *const c_char) -> usize {
     if name.is_null() {
         return 0;
     }
-    match std::ffi::CStr::from_ptr(name).to_bytes() {
+    let name = never_unwind(&[][..], || std::ffi::CStr::from_ptr(name).to_bytes());
+    match name {
         b"replayssm_recurrent_params" => size_of::<replayssm_recurrent_params>(),
         b"replayssm_verify_params" => size_of::<replayssm_verify_params>(),
         b"replayssm_fold_params" => size_of::<replayssm_fold_params>(),
