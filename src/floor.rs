@@ -40,18 +40,29 @@ pub fn decode_record_bytes(d: &HeadDims, variant: Variant) -> usize {
     (d.hv * d.v + d.h * d.k + d.hv * d.gate_width(variant)) * 4
 }
 
-/// Modelled bytes of one decode step and layer, averaged over a flush period of `l` steps:
-/// `(recurrent, buffered)`. Recurrent reads and writes the state; buffered reads the state and
-/// on average `(L-1)/2` records, appends one record on `L-1` of `L` steps and writes the state
-/// on the other.
-pub fn decode_step_bytes(d: &HeadDims, variant: Variant, act: DType, batch: usize, l: usize) -> (f64, f64) {
+/// Bytes of one buffered-decode launch (one layer) in its two phases, `(non-flush, flush)`,
+/// with cache length `l`. A slot's cursor `m` runs 0..L-1: a non-flush step (m < L-1, on average
+/// (L-2)/2) reads the state and `m` records and appends one; the flush step (m = L-1) reads the
+/// state and L-1 records and writes the state. Both read the inputs and write the output.
+pub fn decode_phase_bytes(d: &HeadDims, variant: Variant, act: DType, batch: usize, l: usize) -> (f64, f64) {
     let state = (d.state_elems() * 4) as f64;
     let io = ((2 * d.h * d.k + 2 * d.hv * d.v + 2 * d.hv) * act.size()) as f64;
     let e = decode_record_bytes(d, variant) as f64;
+    let (b, lf) = (batch as f64, l as f64);
+    let nonflush = b * (state + (lf - 2.0).max(0.0) / 2.0 * e + e + io);
+    let flush = b * (2.0 * state + (lf - 1.0) * e + io);
+    (nonflush, flush)
+}
+
+/// Modelled bytes of one decode step and layer, `(recurrent, buffered)`: recurrent reads and
+/// writes the state; buffered is D's per-cycle average `((L-1)·non-flush + flush) / L`.
+pub fn decode_step_bytes(d: &HeadDims, variant: Variant, act: DType, batch: usize, l: usize) -> (f64, f64) {
+    let state = (d.state_elems() * 4) as f64;
+    let io = ((2 * d.h * d.k + 2 * d.hv * d.v + 2 * d.hv) * act.size()) as f64;
+    let (nonflush, flush) = decode_phase_bytes(d, variant, act, batch, l);
     let lf = l as f64;
     let recurrent = batch as f64 * (2.0 * state + io);
-    let buffered = batch as f64 * (state + (lf - 1.0) / 2.0 * e + (lf - 1.0) / lf * e + state / lf + io);
-    (recurrent, buffered)
+    (recurrent, ((lf - 1.0) * nonflush + flush) / lf)
 }
 
 /// A model's linear-attention layer as one GPU sees it (after tensor parallelism).
@@ -116,20 +127,14 @@ pub fn kernel_floors(shape: &ModelShape, act: DType, b: usize, t: usize) -> Vec<
     let bf = b as f64;
     let state = (d.state_elems() * 4) as f64;
     let sb = step_bytes(d, act, b, t, b * t);
-    // One token of R: read and write the state, its inputs and output.
-    let io1 = ((2 * d.h * d.k + d.hv * d.v + 2 * d.hv + d.hv * d.v) * act.size()) as f64;
     let e = ring_record_bytes(d, act) as f64;
-    let de = decode_record_bytes(d, shape.variant) as f64;
-    let dio = ((2 * d.h * d.k + 2 * d.hv * d.v + 2 * d.hv) * act.size()) as f64;
+    let (recurrent_decode, d_cycle) = decode_step_bytes(d, shape.variant, act, b, t);
+    let (nonflush, flush) = decode_phase_bytes(d, shape.variant, act, b, t);
     let l = t as f64;
-    // D without a flush: read the state and on average (L-1)/2 pending records, append one.
-    let nonflush = bf * (state + (l - 1.0) / 2.0 * de + de + dio);
-    // D on a flush step: read the state and L-1 records, write the state.
-    let flush = bf * (2.0 * state + (l - 1.0) * de + dio);
     vec![
         KernelFloor {
             kernel: "R-decode",
-            bytes: bf * (2.0 * state + io1),
+            bytes: recurrent_decode,
         },
         KernelFloor {
             kernel: "R-window",
@@ -157,7 +162,7 @@ pub fn kernel_floors(shape: &ModelShape, act: DType, b: usize, t: usize) -> Vec<
         },
         KernelFloor {
             kernel: "D-cycle",
-            bytes: ((l - 1.0) * nonflush + flush) / l,
+            bytes: d_cycle,
         },
     ]
 }
@@ -211,8 +216,17 @@ mod tests {
             );
         }
         let get = |k: &str| many.iter().find(|x| x.kernel == k).map(|x| x.bytes).unwrap();
-        let cycle = (7.0 * get("D-nonflush") + get("D-flush")) / 8.0;
-        assert_eq!(get("D-cycle"), cycle);
+        assert!(((7.0 * get("D-nonflush") + get("D-flush")) / 8.0 / get("D-cycle") - 1.0).abs() < 1e-12);
+        // Over a cycle of L steps the cursor visits m = 0..L-1: (L-1)/2 records read per step on
+        // average, L-1 records and one state written per cycle (Kimi-K3-TP8, KDA, L = 8).
+        let d = s.dims;
+        let (state, rec) = (
+            (d.state_elems() * 4) as f64,
+            ((12 * 128 + 12 * 128 + 12 * 128) * 4) as f64,
+        );
+        let io = ((2 * 12 * 128 + 2 * 12 * 128 + 2 * 12) * 2) as f64;
+        let per_step = state + 3.5 * rec + 7.0 / 8.0 * rec + state / 8.0 + io;
+        assert!((get("D-cycle") / (64.0 * per_step) - 1.0).abs() < 1e-12, "D-cycle");
         assert!(get("D-nonflush") < get("R-decode"), "non-flush D must move less than R");
         assert!((floor_us(4.3e12, 4.3e12) - 1e6).abs() < 1e-6);
     }

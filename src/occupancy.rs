@@ -103,11 +103,11 @@ pub fn launch_of(kernel: &str) -> Option<KernelLaunch> {
     let (threads, dynamic_smem) = match family {
         "cursors_kernel" => (first, 0),
         "verify_kernel" => {
-            // device/verify.cuh verify_smem_floats(T, K, kda) at T = RSSM_MAX_VERIFY_WINDOW.
-            let (t, k) = (crate::spec::MAX_VERIFY_WINDOW as u32, 32 * first);
             let kda = args.get(2).map(String::as_str) == Some("true");
-            let floats = 2 * t * k + t * if kda { k } else { 1 } + t + 2 * t * t + 2 * t + 1;
-            (ROW_TILING_THREADS, 4 * floats)
+            let t = crate::spec::MAX_VERIFY_WINDOW as i32;
+            // SAFETY: pure arithmetic in the launch layer (the formula verify.cu launches with).
+            let bytes = unsafe { crate::ffi::rssm_verify_smem_bytes(t, 32 * first as i32, kda as i32) };
+            (ROW_TILING_THREADS, u32::try_from(bytes).ok()?)
         }
         _ => (ROW_TILING_THREADS, 0),
     };

@@ -240,6 +240,10 @@ rssm_status rssm_replay_can_implement(const rssm_replay_params *params);
 rssm_status rssm_decode_can_implement(const rssm_decode_params *params);
 rssm_status rssm_cursors_can_implement(const rssm_cursor_params *params);
 
+/* Dynamic shared memory of one V launch with windows of up to max_seqlen tokens: what the
+ * launcher requests (for occupancy reports; the launch computes the same). */
+int64_t rssm_verify_smem_bytes(int32_t max_seqlen, int32_t K, int32_t kda);
+
 /* Emulator diagnostics: the message of the last RSSM_ERR_EMULATOR on this thread. */
 const char *rssm_emu_last_error(void);
 
