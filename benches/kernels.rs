@@ -1,87 +1,94 @@
-//! Kernels R, V and F on each available backend. On a GPU this times the whole safe call
-//! (uploads included); event-timed kernel-only figures against the bytes floor belong to the
-//! performance harness. On the CPU it tracks the emulator's own cost.
-use criterion::{criterion_group, criterion_main, Criterion};
+//! Criterion benches of kernels R (decode; window with snapshots), V, F (all layers), P, D (flush
+//! and non-flush) and the recurrent commit copy, over the four model shapes of the performance
+//! targets, through the same harness as `replayssm bench` (src/bench): same buffers, same input
+//! sets, same C ABI calls.
+//!
+//! On a GPU, criterion gets device time: each sample is `iters` launches between two CUDA events
+//! (`iter_custom`), so the host's launch path is not what is measured. Grid: B in {1, 64, 128},
+//! T = 4 (`cargo bench --bench kernels -- V/` filters as usual).
+//!
+//! Without a GPU the timing is skipped, with the reason printed, and every kernel runs once per
+//! model shape at B = 1, T = 2 on the emulated backend with its status and device error word
+//! checked (criterion's test mode, `cargo test --benches`, does the same on a GPU machine with one
+//! timed iteration per case).
+use criterion::{BenchmarkId, Criterion};
 use replayssm::backend::Backend;
-use replayssm::config::{resolve, EngineFlags};
-use replayssm::ring::{RingShape, SpecRing};
-use replayssm::spec::{fold, verify};
-use replayssm::workload::{RecurrentData, WorkloadSpec};
-use replayssm::CheckpointPool;
-use replayssm::{ActBuffer, DType, HeadDims, RecurrentOutputs, Variant};
+use replayssm::bench::{BenchOptions, Case, Kernel, PreparedCase};
+use replayssm::floor::MODEL_SHAPES;
+use replayssm::DType;
 
-fn bench(c: &mut Criterion) {
-    let dims = HeadDims {
-        h: 4,
-        hv: 8,
-        k: 128,
-        v: 128,
-    };
-    let spec = WorkloadSpec {
-        variant: Variant::Gdn,
-        dims,
-        dtype: DType::BF16,
-        seqlens: vec![4; 4],
-        null_requests: vec![],
-        spare_slots: 0,
-        raw_gate: true,
-        qk_l2norm: true,
-    };
-    let data = RecurrentData::random(&spec, 1);
-    let n = data.num_tokens();
-    let shape = RingShape {
-        variant: Variant::Gdn,
-        dims,
-        dtype: DType::BF16,
-        layers: 1,
-        slots: 4,
-        window: 4,
-    };
-    let tag = "B4_T4_HV8_K128_V128_bf16";
-    for backend in Backend::ALL {
-        if let Err(why) = backend.availability() {
-            eprintln!("bench {backend}: skipped: {why}");
-            continue;
+fn cases(batches: &[usize], t: usize) -> Vec<Case> {
+    let mut out = vec![];
+    for kernel in Kernel::ALL {
+        for shape in MODEL_SHAPES {
+            for &batch in batches {
+                out.push(Case {
+                    kernel,
+                    shape,
+                    batch,
+                    t: if kernel.uses_window() { t } else { 1 },
+                    dtype: DType::BF16,
+                });
+            }
         }
-        let mut o = ActBuffer::nan(DType::BF16, n * dims.hv * dims.v);
-        let mut state = data.state.clone();
-        c.bench_function(&format!("recurrent/{backend}/{tag}"), |b| {
-            b.iter(|| {
-                let mut out = RecurrentOutputs {
-                    o: o.dense_mut(n, dims.hv * dims.v),
-                    state: &mut state,
-                    write_state: false,
-                    snapshots: None,
-                };
-                replayssm::recurrent(backend, &data.inputs(), &mut out).expect("recurrent")
-            })
-        });
-        let cfg = resolve(&EngineFlags::spec_ring(shape.variant)).expect("spec configuration");
-        let mut pool = CheckpointPool::new(&cfg, shape.dims, shape.layers, shape.slots).expect("pool");
-        pool.state_mut().copy_from_slice(&data.state);
-        let mut ring = SpecRing::for_pool(&pool, shape.window, shape.dtype, true).expect("ring");
-        c.bench_function(&format!("verify/{backend}/{tag}"), |b| {
-            b.iter(|| {
-                verify(
-                    backend,
-                    &data.inputs(),
-                    &pool,
-                    0,
-                    &mut o.dense_mut(n, dims.hv * dims.v),
-                    Some(&mut ring),
-                )
-                .expect("verify")
-            })
-        });
-        c.bench_function(&format!("fold/{backend}/{tag}"), |b| {
-            b.iter(|| fold(backend, &mut pool, &ring, &data.slots, &[4, 4, 4, 4], None).expect("fold"))
-        });
+    }
+    out
+}
+
+fn gpu() {
+    let o = BenchOptions {
+        backend: Backend::Cuda,
+        ..BenchOptions::default()
+    };
+    let mut c = Criterion::default().sample_size(20).configure_from_args();
+    for kernel in Kernel::ALL {
+        let mut g = c.benchmark_group(kernel.name());
+        for case in cases(&[1, 64, 128], 4).into_iter().filter(|c| c.kernel == kernel) {
+            let point = format!("B{}_T{}", case.batch, case.t);
+            let id = BenchmarkId::new(case.shape.name, &point);
+            match PreparedCase::new(&o, &case) {
+                Ok(p) => {
+                    g.bench_function(id, |b| {
+                        b.iter_custom(|iters| p.device_time(iters).expect("timed launches"))
+                    });
+                }
+                Err(outcome) => eprintln!("bench {kernel} {} {point}: not run: {outcome:?}", case.shape.name),
+            }
+        }
+        g.finish();
+    }
+    c.final_summary();
+}
+
+fn emulated(why: &str) {
+    eprintln!(
+        "benches/kernels: timing skipped: no usable GPU ({why}); running every kernel once per model \
+         shape at B=1, T=2 on the emulated backend (status and device error word checked)"
+    );
+    let o = BenchOptions {
+        backend: Backend::Emulated,
+        ..BenchOptions::default()
+    };
+    let mut failed = 0;
+    for case in cases(&[1], 2) {
+        let name = format!("{} {} B={} T={}", case.kernel, case.shape.name, case.batch, case.t);
+        match PreparedCase::new(&o, &case)
+            .map_err(|o| format!("{o:?}"))
+            .and_then(|p| p.run_once())
+        {
+            Ok(()) => eprintln!("bench {name}: ran on the emulator (untimed)"),
+            Err(e) => {
+                eprintln!("bench {name}: FAILED: {e}");
+                failed += 1;
+            }
+        }
+    }
+    assert_eq!(failed, 0, "{failed} bench case(s) failed on the emulator");
+}
+
+fn main() {
+    match Backend::Cuda.availability() {
+        Ok(()) => gpu(),
+        Err(why) => emulated(&why),
     }
 }
-
-criterion_group! {
-    name = benches;
-    config = Criterion::default().sample_size(10);
-    targets = bench
-}
-criterion_main!(benches);

@@ -114,7 +114,7 @@ pub const WINDOWS: [usize; 4] = [2, 4, 6, 8];
 /// One kernel's floor at one point of the grid.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KernelFloor {
-    /// `R-decode`, `R-window`, `V`, `F`, `P`, `D-nonflush`, `D-flush`, `D-cycle`.
+    /// `R-decode`, `R-window`, `V`, `F`, `P`, `D-nonflush`, `D-flush`, `D-cycle`, `copy`.
     pub kernel: &'static str,
     /// What one launch (F: all layers; the others: one layer) must move at least, in bytes.
     pub bytes: f64,
@@ -164,6 +164,12 @@ pub fn kernel_floors(shape: &ModelShape, act: DType, b: usize, t: usize) -> Vec<
             kernel: "D-cycle",
             bytes: d_cycle,
         },
+        // The recurrent commit: each request's accepted snapshot copied into its checkpoint in
+        // every layer (read + write).
+        KernelFloor {
+            kernel: "copy",
+            bytes: shape.layers as f64 * bf * 2.0 * state,
+        },
     ]
 }
 
@@ -197,6 +203,8 @@ mod tests {
         assert_eq!(get("P"), 4_244_480.0);
         // R decode: 2*state + one token's inputs and output.
         assert_eq!(get("R-decode"), 4_194_304.0 + 16_512.0 + 8_192.0);
+        // The recurrent commit over 36 layers: read and write one state each.
+        assert_eq!(get("copy"), 36.0 * 4_194_304.0);
         // SPEC §8 anchor: verify moves about 0.22x the bytes of a T=4 snapshot verify.
         let ratio = get("V") / get("R-window");
         assert!((0.20..0.23).contains(&ratio), "{ratio}");

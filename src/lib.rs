@@ -11,6 +11,7 @@
 //! [`decode::DecodeRing`]. C ABI for other engines: [`capi`] (header `include/replayssm.h`).
 
 pub mod backend;
+pub mod bench;
 pub mod build_info;
 pub mod capi;
 pub mod case;

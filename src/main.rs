@@ -67,6 +67,12 @@ enum Command {
         #[arg(long, default_value = "bf16")]
         dtype: DType,
     },
+    /// Time every kernel over the model shapes, batches and windows of the performance targets:
+    /// CUDA events after warm-up (median; graph replay for short kernels), percent of the bytes
+    /// floor at the copy bandwidth measured in the same run, ratios against the recurrent
+    /// baseline. Table on stdout, progress on stderr, `--json` results file, `--plot` PNG.
+    /// Without a GPU (`--backend emulated`) every case runs once, checked, untimed.
+    Bench(replayssm::bench::cli::BenchArgs),
     /// Check engine flags against the capability gates (SPEC §5): exit 0 and print the resolved
     /// configuration when accepted (warnings on stderr), exit 2 with the reason when refused.
     Validate(replayssm::engine_args::EngineArgs),
@@ -186,6 +192,7 @@ fn main() -> ExitCode {
         } => demo(backend.unwrap_or_else(Backend::best), seed, steps, &mode, cache_len),
         Command::Check { files, backend } => check(&files, backend),
         Command::Validate(a) => validate(a),
+        Command::Bench(a) => replayssm::bench::cli::main(&a),
         Command::Floor { bandwidth, json, dtype } => floor(bandwidth, json, dtype),
         Command::MakeCase {
             out,

@@ -294,8 +294,8 @@ fn floor_prints_the_whole_grid_and_the_hand_worked_verify_floor() {
     let out = bin().args(["floor", "--json", "--bandwidth", "4.0"]).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    // 4 model shapes x 7 batches x 4 windows x 8 kernel floors.
-    assert_eq!(text.lines().count(), 4 * 7 * 4 * 8);
+    // 4 model shapes x 7 batches x 4 windows x 9 kernel floors (8 kernels and the D cycle).
+    assert_eq!(text.lines().count(), 4 * 7 * 4 * 9);
     // Qwen3-Next, B=1, T=4, V: 2_097_152 + 4 * (12_544 + 16_512 + 8_192) bytes (worked in
     // src/floor.rs's test), and 2_246_144 / 4e12 s = 0.562 us.
     let line = text
@@ -313,4 +313,60 @@ fn floor_prints_the_whole_grid_and_the_hand_worked_verify_floor() {
     );
     let bad = bin().args(["floor", "--bandwidth", "0"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn bench_on_the_emulator_runs_every_case_untimed_and_writes_json_and_plot() {
+    let dir = std::env::temp_dir().join(format!("replayssm-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, png) = (dir.join("bench.json"), dir.join("bench.png"));
+    let out = bin()
+        .args([
+            "bench",
+            "--backend",
+            "emulated",
+            "--shapes",
+            "tiny",
+            "--batches",
+            "1,8",
+            "--windows",
+            "2,4",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&png)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("timing skipped"), "the skip must say why: {stderr}");
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let cases = j["cases"].as_array().unwrap();
+    // Per batch: R-decode and copy once, six windowed kernels at each of two windows.
+    assert_eq!(cases.len(), 2 * (2 + 6 * 2));
+    for c in cases {
+        assert_eq!(c["status"], "ran", "{c}");
+        assert!(c["median_us"].is_null() && c["percent_of_floor"].is_null(), "{c}");
+        assert!(c["bytes"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    assert_eq!(j["backend"], "emulated");
+    assert!(j["no_timing_reason"].as_str().unwrap().contains("nothing was timed"));
+    assert!(j["commit"].is_string() && j["date"].as_str().unwrap().len() == 10);
+    let png_bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&png_bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(table.lines().count(), 1 + cases.len(), "{table}");
+    std::fs::remove_dir_all(&dir).ok();
+
+    // Refused before anything runs: a window the verify kernel cannot take, an unknown kernel.
+    let bad = bin()
+        .args(["bench", "--backend", "emulated", "--shapes", "tiny", "--windows", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("window 1 is outside 2..=16"));
+    let bad = bin().args(["bench", "--kernels", "W"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown kernel 'W'"));
 }

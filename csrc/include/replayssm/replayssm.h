@@ -261,6 +261,29 @@ int32_t rssm_cuda_synchronize(void);
 int32_t rssm_cuda_last_error(void);
 const char *rssm_cuda_error_string(int32_t code);
 
+/* Streams, events, graphs and copies for the benchmark harness (src/bench): what it times and
+ * how, without a CUDA bindings crate. Handles are opaque pointers (cudaStream_t, cudaEvent_t,
+ * cudaGraphExec_t). */
+int32_t rssm_cuda_stream_create(void **stream); /* non-blocking */
+int32_t rssm_cuda_stream_destroy(void *stream);
+int32_t rssm_cuda_stream_synchronize(void *stream);
+int32_t rssm_cuda_event_create(void **event);
+int32_t rssm_cuda_event_destroy(void *event);
+int32_t rssm_cuda_event_record(void *event, void *stream);
+int32_t rssm_cuda_event_elapsed_ms(float *ms, void *start, void *stop);
+/* Thread-local capture of everything enqueued on `stream` until end_capture, which instantiates
+ * it (the graph itself is freed at once) into *graph_exec. */
+int32_t rssm_cuda_graph_begin_capture(void *stream);
+int32_t rssm_cuda_graph_end_capture(void *stream, void **graph_exec);
+int32_t rssm_cuda_graph_launch(void *graph_exec, void *stream);
+int32_t rssm_cuda_graph_exec_destroy(void *graph_exec);
+int32_t rssm_cuda_memcpy_dtod_async(void *dst, const void *src, uint64_t bytes, void *stream);
+/* `height` rows of `width` bytes, rows `dpitch` / `spitch` bytes apart. */
+int32_t rssm_cuda_memcpy_2d_dtod_async(void *dst, uint64_t dpitch, const void *src, uint64_t spitch,
+                                       uint64_t width, uint64_t height, void *stream);
+int32_t rssm_cuda_mem_info(uint64_t *free_bytes, uint64_t *total_bytes);
+int32_t rssm_cuda_device_facts(int32_t device, int32_t *sm_count, int32_t *l2_bytes);
+
 #ifdef __cplusplus
 }
 #endif

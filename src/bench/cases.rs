@@ -1,0 +1,446 @@
+//! One benchmark case per (kernel, model shape, batch, window): the buffers it needs and how to
+//! launch it through the C ABI entries, the very calls an engine makes (device pointers and the
+//! caller's stream on CUDA, host pointers on the emulator).
+
+use std::ffi::c_void;
+
+use super::buffers::{Buf, Buffers, Elem, Fill, Plan};
+use crate::backend::Backend;
+use crate::capi::{self, replayssm_status};
+use crate::dtype::DType;
+use crate::floor::ModelShape;
+
+/// What is timed. `R-*` and `copy` are the recurrent baseline's kernels; `V`, `F`, `P`, `D-*`
+/// ReplaySSM's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kernel {
+    /// Kernel R, one decode token per request, writing the state.
+    RDecode,
+    /// Kernel R over a T-token window writing T snapshots (the recurrent verify).
+    RWindow,
+    /// Kernel V, chunked verify of T tokens with the ring write.
+    V,
+    /// Kernel F, fold-every-commit of T accepted tokens over all layers.
+    F,
+    /// Kernel P, checkpoint replay of T records, one layer.
+    P,
+    /// Kernel D at a non-flush step (cursor m spread over 0..L-2), one layer.
+    DNonflush,
+    /// Kernel D at a flush step (m = L-1), one layer.
+    DFlush,
+    /// The recurrent commit: the accepted snapshot copied into the checkpoint, all layers, one
+    /// strided device-to-device copy (the cheapest form it can take).
+    Copy,
+}
+
+impl Kernel {
+    pub const ALL: [Kernel; 8] = [
+        Kernel::RDecode,
+        Kernel::RWindow,
+        Kernel::V,
+        Kernel::F,
+        Kernel::P,
+        Kernel::DNonflush,
+        Kernel::DFlush,
+        Kernel::Copy,
+    ];
+
+    /// The name the floor model and the results use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::RDecode => "R-decode",
+            Kernel::RWindow => "R-window",
+            Kernel::V => "V",
+            Kernel::F => "F",
+            Kernel::P => "P",
+            Kernel::DNonflush => "D-nonflush",
+            Kernel::DFlush => "D-flush",
+            Kernel::Copy => "copy",
+        }
+    }
+
+    /// Whether the window T changes the work (R-decode and copy move the same bytes for any T).
+    pub fn uses_window(self) -> bool {
+        !matches!(self, Kernel::RDecode | Kernel::Copy)
+    }
+}
+
+impl std::str::FromStr for Kernel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Kernel::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                let names: Vec<_> = Kernel::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown kernel '{s}' (one of {})", names.join(", "))
+            })
+    }
+}
+
+impl std::fmt::Display for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One point of the grid.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Case {
+    pub kernel: Kernel,
+    pub shape: ModelShape,
+    pub batch: usize,
+    /// Window T (cache length L for D); 1 for the kernels that do not use one.
+    pub t: usize,
+    pub dtype: DType,
+}
+
+/// The plan of `case` (buffers of one input set) and its launch.
+pub(crate) fn plan(case: &Case, backend: Backend) -> (Plan, Buf, LaunchBuilder) {
+    let mut p = Plan::default();
+    let ew = p.error_word();
+    let launch = match case.kernel {
+        Kernel::RDecode => recurrent(&mut p, case, backend, ew, false),
+        Kernel::RWindow => recurrent(&mut p, case, backend, ew, true),
+        Kernel::V => verify(&mut p, case, backend, ew),
+        Kernel::F => fold(&mut p, case, backend, ew),
+        Kernel::P => replay(&mut p, case, backend, ew),
+        Kernel::DNonflush => decode(&mut p, case, backend, ew, false),
+        Kernel::DFlush => decode(&mut p, case, backend, ew, true),
+        Kernel::Copy => copy(&mut p, case, backend),
+    };
+    (p, ew, launch)
+}
+
+pub(crate) type LaunchBuilder = Box<dyn Fn(&Buffers, usize, *mut c_void) -> Result<(), String>>;
+
+fn backend_code(b: Backend) -> i32 {
+    match b {
+        Backend::Cuda => capi::replayssm_backend::REPLAYSSM_BACKEND_CUDA as i32,
+        _ => capi::replayssm_backend::REPLAYSSM_BACKEND_EMULATED as i32,
+    }
+}
+
+fn status(kernel: &str, s: replayssm_status) -> Result<(), String> {
+    if s == replayssm_status::REPLAYSSM_OK {
+        return Ok(());
+    }
+    // SAFETY: the library's thread-local, NUL-terminated message.
+    let msg = unsafe { std::ffi::CStr::from_ptr(capi::replayssm_last_error_message()) }
+        .to_string_lossy()
+        .into_owned();
+    Err(format!("replayssm_{kernel} returned {s:?}: {msg}"))
+}
+
+/// The token inputs and outputs of R, V and D: `n` tokens per set.
+#[derive(Clone, Copy)]
+struct Tokens {
+    q: Buf,
+    k: Buf,
+    v: Buf,
+    a: Buf,
+    b: Buf,
+    a_log: Buf,
+    dt_bias: Buf,
+    o: Buf,
+}
+
+const UNIT: Fill = Fill::Uniform(-1.0, 1.0);
+
+fn tokens(p: &mut Plan, c: &Case, n: usize) -> Tokens {
+    let d = c.shape.dims;
+    let gw = d.gate_width(c.shape.variant);
+    let act = Elem::Act(c.dtype);
+    Tokens {
+        q: p.per_set("q", act, n * d.h * d.k, UNIT),
+        k: p.per_set("k", act, n * d.h * d.k, UNIT),
+        v: p.per_set("v", act, n * d.hv * d.v, UNIT),
+        a: p.per_set("a", act, n * d.hv * gw, UNIT),
+        b: p.per_set("b", act, n * d.hv, UNIT),
+        a_log: p.per_set("A_log", Elem::F32, d.hv, Fill::Uniform(-1.0, 0.5)),
+        dt_bias: p.per_set("dt_bias", Elem::F32, d.hv * gw, UNIT),
+        // Outputs start as random data too: never zeros.
+        o: p.per_set("o", act, n * d.hv * d.v, UNIT),
+    }
+}
+
+/// Sets the token fields shared by the recurrent, verify and decode params.
+macro_rules! set_tokens {
+    ($prm:expr, $m:expr, $t:expr, $set:expr, $c:expr) => {{
+        let (prm, m, t, set, c) = ($prm, $m, $t, $set, $c);
+        let d = c.shape.dims;
+        prm.q = m.void(t.q, set);
+        prm.k = m.void(t.k, set);
+        prm.v = m.void(t.v, set);
+        prm.a = m.void(t.a, set);
+        prm.b = m.void(t.b, set);
+        prm.A_log = m.ptr(t.a_log, set);
+        prm.dt_bias = m.ptr(t.dt_bias, set);
+        prm.o = m.void(t.o, set);
+        prm.q_stride = (d.h * d.k) as i64;
+        prm.k_stride = (d.h * d.k) as i64;
+        prm.v_stride = (d.hv * d.v) as i64;
+        prm.a_stride = (d.hv * d.gate_width(c.shape.variant)) as i64;
+        prm.b_stride = d.hv as i64;
+        prm.o_stride = (d.hv * d.v) as i64;
+        prm.H = d.h as i32;
+        prm.HV = d.hv as i32;
+        prm.K = d.k as i32;
+        prm.V = d.v as i32;
+        prm.scale = 1.0 / (d.k as f32).sqrt();
+        prm.dtype = c.dtype.to_ffi();
+        prm.variant = c.shape.variant.to_ffi();
+        prm.qk_l2norm = 1;
+    }};
+}
+
+/// The spec ring of one set: `layers` x `slots` x window `w`.
+#[derive(Clone, Copy)]
+struct Ring {
+    v: Buf,
+    k: Buf,
+    g: Buf,
+    beta: Buf,
+}
+
+fn spec_ring(p: &mut Plan, c: &Case, layers: usize, slots: usize, w: usize) -> Ring {
+    let d = c.shape.dims;
+    let n = layers * slots * w;
+    let act = Elem::Act(c.dtype);
+    Ring {
+        v: p.per_set("ring_v", act, n * d.hv * d.v, UNIT),
+        k: p.per_set("ring_k", act, n * d.h * d.k, UNIT),
+        // Log decays as the gate computes them (negative, small) and betas in (0, 1).
+        g: p.per_set(
+            "ring_g",
+            Elem::F32,
+            n * d.hv * d.gate_width(c.shape.variant),
+            Fill::Uniform(-0.1, 0.0),
+        ),
+        beta: p.per_set("ring_beta", Elem::F32, n * d.hv, Fill::Uniform(0.0, 1.0)),
+    }
+}
+
+fn state(p: &mut Plan, c: &Case, layers: usize, slots: usize) -> Buf {
+    p.per_set("state", Elem::F32, layers * slots * c.shape.dims.state_elems(), UNIT)
+}
+
+fn seq(n: usize) -> Vec<i32> {
+    (0..n as i32).collect()
+}
+
+fn recurrent(p: &mut Plan, c: &Case, backend: Backend, ew: Buf, window: bool) -> LaunchBuilder {
+    let (b, t) = (c.batch, if window { c.t } else { 1 });
+    let tok = tokens(p, c, b * t);
+    let st = state(p, c, 1, b);
+    let snaps = window.then(|| p.per_set("snapshots", Elem::F32, b * t * c.shape.dims.state_elems(), UNIT));
+    let cu = p.ints("cu_seqlens", (0..=b).map(|r| (r * t) as i32).collect());
+    let slots = p.ints("slots", seq(b));
+    let c = *c;
+    let be = backend_code(backend);
+    Box::new(move |m, set, stream| {
+        let mut prm = capi::replayssm_recurrent_params::default();
+        set_tokens!(&mut prm, m, tok, set, &c);
+        prm.cu_seqlens = m.ptr(cu, 0);
+        prm.slots = m.ptr(slots, 0);
+        prm.state = m.ptr(st, set);
+        prm.snapshots = snaps.map_or(std::ptr::null_mut(), |s| m.ptr(s, set));
+        prm.error_word = m.ptr(ew, 0);
+        prm.num_tokens = (b * t) as i32;
+        prm.batch = b as i32;
+        prm.max_seqlen = t as i32;
+        prm.num_slots = b as i32;
+        // The decode writes the state; the recurrent verify writes snapshots only (the accepted
+        // one is copied afterwards: kernel `copy`).
+        prm.write_state = (!window) as i32;
+        // SAFETY: every pointer covers the extent its declaration in `plan` allocated.
+        status("recurrent", unsafe { capi::replayssm_recurrent(be, &prm, stream) })
+    })
+}
+
+fn verify(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
+    let (b, t) = (c.batch, c.t);
+    let tok = tokens(p, c, b * t);
+    let st = state(p, c, 1, b);
+    let ring = spec_ring(p, c, 1, b, t);
+    let cu = p.ints("cu_seqlens", (0..=b).map(|r| (r * t) as i32).collect());
+    let slots = p.ints("slots", seq(b));
+    let c = *c;
+    let be = backend_code(backend);
+    Box::new(move |m, set, stream| {
+        let mut prm = capi::replayssm_verify_params::default();
+        set_tokens!(&mut prm, m, tok, set, &c);
+        prm.cu_seqlens = m.ptr(cu, 0);
+        prm.slots = m.ptr(slots, 0);
+        prm.state = m.ptr(st, set);
+        prm.ring_v = m.void(ring.v, set);
+        prm.ring_k = m.void(ring.k, set);
+        prm.ring_g = m.ptr(ring.g, set);
+        prm.ring_beta = m.ptr(ring.beta, set);
+        prm.error_word = m.ptr(ew, 0);
+        prm.num_tokens = (b * t) as i32;
+        prm.batch = b as i32;
+        prm.max_seqlen = t as i32;
+        prm.num_slots = b as i32;
+        prm.num_layers = 1;
+        prm.layer = 0;
+        prm.window = t as i32;
+        // SAFETY: as in `recurrent`.
+        status("verify", unsafe { capi::replayssm_verify(be, &prm, stream) })
+    })
+}
+
+macro_rules! set_ring_problem {
+    ($prm:expr, $m:expr, $ring:expr, $set:expr, $c:expr) => {{
+        let (prm, m, ring, set, c) = ($prm, $m, $ring, $set, $c);
+        let d = c.shape.dims;
+        prm.ring_v = m.void(ring.v, set);
+        prm.ring_k = m.void(ring.k, set);
+        prm.ring_g = m.ptr(ring.g, set);
+        prm.ring_beta = m.ptr(ring.beta, set);
+        prm.H = d.h as i32;
+        prm.HV = d.hv as i32;
+        prm.K = d.k as i32;
+        prm.V = d.v as i32;
+        prm.dtype = c.dtype.to_ffi();
+        prm.variant = c.shape.variant.to_ffi();
+        prm.qk_l2norm = 1;
+    }};
+}
+
+fn fold(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
+    let (b, t, nl) = (c.batch, c.t, c.shape.layers);
+    let st = state(p, c, nl, b);
+    let ring = spec_ring(p, c, nl, b, t);
+    let slots = p.ints("slots", seq(b));
+    // Every draft accepted: the floor's case (accept lengths count the bonus token).
+    let accept = p.ints("accept_lens", vec![t as i32; b]);
+    let c = *c;
+    let be = backend_code(backend);
+    Box::new(move |m, set, stream| {
+        let mut prm = capi::replayssm_fold_params::default();
+        set_ring_problem!(&mut prm, m, ring, set, &c);
+        prm.state = m.ptr(st, set);
+        prm.slots = m.ptr(slots, 0);
+        prm.accept_lens = m.ptr(accept, 0);
+        prm.error_word = m.ptr(ew, 0);
+        prm.batch = b as i32;
+        prm.num_slots = b as i32;
+        prm.num_layers = nl as i32;
+        prm.window = t as i32;
+        // SAFETY: as in `recurrent`.
+        status("fold", unsafe { capi::replayssm_fold(be, &prm, stream) })
+    })
+}
+
+fn replay(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
+    let (b, t) = (c.batch, c.t);
+    let st = state(p, c, 1, b);
+    let ring = spec_ring(p, c, 1, b, t);
+    let slots = p.ints("slots", seq(b));
+    let counts = p.ints("counts", vec![t as i32; b]);
+    let c = *c;
+    let be = backend_code(backend);
+    Box::new(move |m, set, stream| {
+        let mut prm = capi::replayssm_replay_params::default();
+        set_ring_problem!(&mut prm, m, ring, set, &c);
+        prm.state = m.ptr(st, set);
+        prm.slots = m.ptr(slots, 0);
+        prm.counts = m.ptr(counts, 0);
+        prm.error_word = m.ptr(ew, 0);
+        prm.batch = b as i32;
+        prm.num_slots = b as i32;
+        prm.num_layers = 1;
+        prm.layer = 0;
+        prm.window = t as i32;
+        // SAFETY: as in `recurrent`.
+        status("replay", unsafe { capi::replayssm_replay(be, &prm, stream) })
+    })
+}
+
+fn decode(p: &mut Plan, c: &Case, backend: Backend, ew: Buf, flush: bool) -> LaunchBuilder {
+    let (b, l) = (c.batch, c.t);
+    let d = c.shape.dims;
+    let tok = tokens(p, c, b);
+    let st = state(p, c, 1, b);
+    let recs = b * l;
+    let ring_d = p.per_set("ring_d", Elem::F32, recs * d.hv * d.v, UNIT);
+    let ring_k = p.per_set("ring_k", Elem::F32, recs * d.h * d.k, Fill::Uniform(-0.1, 0.1));
+    let ring_g = p.per_set(
+        "ring_g",
+        Elem::F32,
+        recs * d.hv * d.gate_width(c.shape.variant),
+        Fill::Uniform(-0.1, 0.0),
+    );
+    // Flush: every row at m = L-1. Non-flush: cursors spread over 0..L-2, so the rows read
+    // (L-2)/2 pending records on average, as the floor model assumes.
+    let positions: Vec<i32> = (0..b)
+        .map(|r| if flush { l - 1 } else { r % (l - 1).max(1) } as i32)
+        .collect();
+    let pos = p.ints("positions", positions);
+    let slots = p.ints("slots", seq(b));
+    let c = *c;
+    let be = backend_code(backend);
+    Box::new(move |m, set, stream| {
+        let mut prm = capi::replayssm_decode_params::default();
+        set_tokens!(&mut prm, m, tok, set, &c);
+        prm.slots = m.ptr(slots, 0);
+        prm.positions = m.ptr(pos, 0);
+        prm.state = m.ptr(st, set);
+        prm.ring_d = m.ptr(ring_d, set);
+        prm.ring_k = m.ptr(ring_k, set);
+        prm.ring_g = m.ptr(ring_g, set);
+        prm.error_word = m.ptr(ew, 0);
+        prm.batch = b as i32;
+        prm.num_slots = b as i32;
+        prm.num_layers = 1;
+        prm.layer = 0;
+        prm.cache_len = l as i32;
+        // SAFETY: as in `recurrent`.
+        status("decode", unsafe { capi::replayssm_decode(be, &prm, stream) })
+    })
+}
+
+fn copy(p: &mut Plan, c: &Case, backend: Backend) -> LaunchBuilder {
+    let (b, nl) = (c.batch, c.shape.layers);
+    let row = b * c.shape.dims.state_elems() * 4;
+    // Per layer: B checkpoints, then the B accepted snapshots copied over them.
+    let pool = p.per_set(
+        "state+snapshots",
+        Elem::F32,
+        nl * 2 * b * c.shape.dims.state_elems(),
+        UNIT,
+    );
+    Box::new(move |m, set, stream| {
+        let base: *mut u8 = m.ptr(pool, set);
+        match backend {
+            #[cfg(replayssm_cuda)]
+            Backend::Cuda => {
+                // SAFETY: nl rows of 2*row bytes; each copies its upper half onto its lower.
+                let code = unsafe {
+                    crate::ffi::rssm_cuda_memcpy_2d_dtod_async(
+                        base.cast(),
+                        2 * row as u64,
+                        base.wrapping_add(row).cast(),
+                        2 * row as u64,
+                        row as u64,
+                        nl as u64,
+                        stream,
+                    )
+                };
+                if code != 0 {
+                    return Err(format!("cudaMemcpy2DAsync: {}", crate::cuda::error_string(code)));
+                }
+            }
+            _ => {
+                let _ = stream;
+                for layer in 0..nl {
+                    let lo = base.wrapping_add(layer * 2 * row);
+                    // SAFETY: host memory of nl * 2 * row bytes; the halves do not overlap.
+                    unsafe { std::ptr::copy_nonoverlapping(lo.wrapping_add(row), lo, row) };
+                }
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,252 @@
+//! `replayssm bench`: the harness's command line (arguments, progress, table, files).
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::{run, shape_by_name, BenchOptions, CaseResult, GraphMode, Kernel, Outcome, TimingOptions};
+use crate::backend::Backend;
+use crate::dtype::DType;
+use crate::floor::{BATCHES, WINDOWS};
+
+/// Arguments of `replayssm bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// cuda or emulated (default: the best present). Emulated runs every case once, untimed.
+    #[arg(long)]
+    pub backend: Option<Backend>,
+    /// Model shapes (Qwen3-Next, Qwen3.5-122B, Qwen3.5-397B-TP4, Kimi-K3-TP8, tiny, tiny-kda);
+    /// default: the four model shapes.
+    #[arg(long, value_delimiter = ',')]
+    pub shapes: Vec<String>,
+    /// Batches (default 1,8,32,64,128,256,512).
+    #[arg(long, value_delimiter = ',')]
+    pub batches: Vec<usize>,
+    /// Windows T, and cache lengths L for D (default 2,4,6,8).
+    #[arg(long, value_delimiter = ',')]
+    pub windows: Vec<usize>,
+    /// Kernels: R-decode, R-window, V, F, P, D-nonflush, D-flush, copy (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub kernels: Vec<Kernel>,
+    /// The short grid for a lent device's time: B in {1, 64, 128}, T = 4, every shape and kernel
+    /// (explicit --batches / --windows still win).
+    #[arg(long)]
+    pub quick: bool,
+    #[arg(long, default_value = "bf16")]
+    pub dtype: DType,
+    /// Timed samples per case; the median is reported.
+    #[arg(long, default_value_t = 30)]
+    pub samples: usize,
+    /// Device warm-up per case, in milliseconds.
+    #[arg(long, default_value_t = 20.0)]
+    pub warmup_ms: f64,
+    /// CUDA-graph replay: auto (kernels under 50 us), always, never.
+    #[arg(long, value_enum, default_value_t = GraphMode::Auto)]
+    pub graph: GraphMode,
+    /// The input sets of a case add up to at least this many L2 caches.
+    #[arg(long, default_value_t = 4.0)]
+    pub l2_multiple: f64,
+    /// Write the results file (bench/results/<date>-<name>.json format) here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Draw percent of floor per kernel and batch (one panel per shape) into this PNG.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// The window T the plot shows (default: 4 when run, else the first window).
+    #[arg(long)]
+    pub plot_window: Option<usize>,
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+}
+
+impl BenchArgs {
+    pub fn options(&self) -> Result<BenchOptions, String> {
+        let mut o = BenchOptions {
+            backend: self.backend.unwrap_or_else(Backend::best),
+            dtype: self.dtype,
+            timing: TimingOptions {
+                warmup_ms: self.warmup_ms,
+                samples: self.samples,
+                graph: self.graph,
+                ..TimingOptions::default()
+            },
+            l2_multiple: self.l2_multiple,
+            seed: self.seed,
+            ..BenchOptions::default()
+        };
+        if !self.shapes.is_empty() {
+            o.shapes = self.shapes.iter().map(|s| shape_by_name(s)).collect::<Result<_, _>>()?;
+        }
+        o.batches = match (&self.batches[..], self.quick) {
+            ([], true) => vec![1, 64, 128],
+            ([], false) => BATCHES.to_vec(),
+            (b, _) => b.to_vec(),
+        };
+        o.windows = match (&self.windows[..], self.quick) {
+            ([], true) => vec![4],
+            ([], false) => WINDOWS.to_vec(),
+            (w, _) => w.to_vec(),
+        };
+        if !self.kernels.is_empty() {
+            o.kernels = self.kernels.clone();
+        }
+        if !(self.warmup_ms.is_finite() && self.warmup_ms >= 0.0) {
+            return Err("--warmup-ms must be a non-negative number".into());
+        }
+        o.validate()?;
+        Ok(o)
+    }
+}
+
+fn progress_line(done: usize, total: usize, r: &CaseResult) -> String {
+    let c = &r.case;
+    let what = format!("{} {} B={} T={}", c.kernel, c.shape.name, c.batch, c.t);
+    let how = match &r.outcome {
+        Outcome::Timed { timing, .. } => format!("{:.2} us", timing.median_us),
+        Outcome::Ran => "ran".into(),
+        Outcome::Skipped(why) => format!("skipped: {why}"),
+        Outcome::Failed(why) => format!("FAILED: {why}"),
+    };
+    format!("[{done:>4}/{total}] {what}: {how}")
+}
+
+/// (year, month, day) of `days` since 1970-01-01 (Howard Hinnant's days-to-civil).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + (m <= 2) as i64, m, d)
+}
+
+/// Today's UTC date and time from the system clock (no date crate).
+pub fn utc_now() -> (String, String) {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    let date = format!("{y:04}-{m:02}-{d:02}");
+    let time = format!("{date}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60);
+    (date, time)
+}
+
+fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(cmd).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// `replayssm bench`.
+pub fn main(args: &BenchArgs) -> ExitCode {
+    let o = match args.options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if o.backend != Backend::Cuda {
+        eprintln!(
+            "bench: timing skipped: backend {} (CUDA: {}); every case runs once on the CPU and is \
+             checked, nothing is timed",
+            o.backend,
+            Backend::Cuda.availability().err().unwrap_or_else(|| "available".into())
+        );
+    }
+    let tty = std::io::stderr().is_terminal();
+    let mut failed = 0usize;
+    let mut progress = |done: usize, total: usize, r: &CaseResult| {
+        if matches!(r.outcome, Outcome::Failed(_)) {
+            failed += 1;
+        }
+        let line = progress_line(done, total, r);
+        let mut e = std::io::stderr().lock();
+        // A terminal gets one updating line; logs get every case.
+        let _ = if tty && done < total {
+            write!(e, "\r\x1b[2K{line}")
+        } else if tty {
+            writeln!(e, "\r\x1b[2K{line}")
+        } else {
+            writeln!(e, "{line}")
+        };
+    };
+    let report = match run(&o, &mut progress) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(bw) = report.copy_bandwidth {
+        println!("device-to-device copy bandwidth: {:.3} TB/s (read + write)", bw / 1e12);
+    }
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        let (date, _) = utc_now();
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        let commit = command_output("git", &["rev-parse", "HEAD"]).map_or("unknown".to_string(), |c| {
+            let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"]).is_some();
+            if dirty {
+                format!("{c} (dirty)")
+            } else {
+                c
+            }
+        });
+        let clocks = (o.backend == Backend::Cuda)
+            .then(|| {
+                command_output(
+                    "nvidia-smi",
+                    &[
+                        "--query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,temperature.gpu,power.draw",
+                        "--format=csv,noheader",
+                    ],
+                )
+            })
+            .flatten()
+            .map(|s| format!("sm, mem, max sm, max mem, temperature, power: {s}"));
+        let j = report.to_json(&command, &commit, &date, clocks.as_deref());
+        let text = serde_json::to_string_pretty(&j).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("bench: writing {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+        eprintln!("bench: results written to {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        let t = args
+            .plot_window
+            .unwrap_or(if o.windows.contains(&4) { 4 } else { o.windows[0] });
+        if let Err(e) = super::plot::write(&report, t, path) {
+            eprintln!("bench: {e}");
+            return ExitCode::FAILURE;
+        }
+        eprintln!("bench: plot written to {}", path.display());
+    }
+    if failed > 0 {
+        eprintln!("bench: {failed} case(s) failed");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn civil_dates_from_days() {
+        // Day numbers from Python's datetime: (date(y, m, d) - date(1970, 1, 1)).days.
+        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(super::civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(super::civil_from_days(20_790), (2026, 12, 3));
+        assert_eq!(super::civil_from_days(47_541), (2100, 3, 1));
+        let (date, time) = super::utc_now();
+        assert_eq!(date.len(), 10);
+        assert!(time.starts_with(&date) && time.ends_with('Z'));
+    }
+}
