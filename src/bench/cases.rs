@@ -416,20 +416,42 @@ fn copy(p: &mut Plan, c: &Case, backend: Backend) -> LaunchBuilder {
         match backend {
             #[cfg(replayssm_cuda)]
             Backend::Cuda => {
-                // SAFETY: nl rows of 2*row bytes; each copies its upper half onto its lower.
-                let code = unsafe {
-                    crate::ffi::rssm_cuda_memcpy_2d_dtod_async(
-                        base.cast(),
-                        2 * row as u64,
-                        base.wrapping_add(row).cast(),
-                        2 * row as u64,
-                        row as u64,
-                        nl as u64,
-                        stream,
-                    )
+                // One strided copy of all layers while the pitch stays under the runtime's limit
+                // (2^31 - 1 bytes); past it (the largest batches) one copy per layer, each over
+                // a gigabyte, so the extra launches cost nothing measurable.
+                let pitch = 2 * row;
+                let code = if pitch <= i32::MAX as usize {
+                    // SAFETY: nl rows of `pitch` bytes; each copies its upper half onto its lower.
+                    unsafe {
+                        crate::ffi::rssm_cuda_memcpy_2d_dtod_async(
+                            base.cast(),
+                            pitch as u64,
+                            base.wrapping_add(row).cast(),
+                            pitch as u64,
+                            row as u64,
+                            nl as u64,
+                            stream,
+                        )
+                    }
+                } else {
+                    (0..nl)
+                        .map(|layer| {
+                            let lo = base.wrapping_add(layer * pitch);
+                            // SAFETY: as above, one layer.
+                            unsafe {
+                                crate::ffi::rssm_cuda_memcpy_dtod_async(
+                                    lo.cast(),
+                                    lo.wrapping_add(row).cast(),
+                                    row as u64,
+                                    stream,
+                                )
+                            }
+                        })
+                        .find(|&c| c != 0)
+                        .unwrap_or(0)
                 };
                 if code != 0 {
-                    return Err(format!("cudaMemcpy2DAsync: {}", crate::cuda::error_string(code)));
+                    return Err(format!("device-to-device copy: {}", crate::cuda::error_string(code)));
                 }
             }
             _ => {

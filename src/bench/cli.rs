@@ -204,13 +204,13 @@ pub fn main(args: &BenchArgs) -> ExitCode {
                 command_output(
                     "nvidia-smi",
                     &[
-                        "--query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,temperature.gpu,power.draw",
+                        "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,temperature.gpu,power.draw",
                         "--format=csv,noheader",
                     ],
                 )
             })
             .flatten()
-            .map(|s| format!("sm, mem, max sm, max mem, temperature, power: {s}"));
+            .map(|s| format!("driver, sm, mem, max sm, max mem, temperature, power: {s}"));
         let j = report.to_json(&command, &commit, &date, clocks.as_deref());
         let text = serde_json::to_string_pretty(&j).unwrap_or_default();
         if let Err(e) = std::fs::write(path, text + "\n") {

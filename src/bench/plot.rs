@@ -384,6 +384,69 @@ mod tests {
         assert!(hi - lo <= 9, "a flat series spans rows {lo}..{hi}");
     }
 
+    /// Three kernels (and the derived step) over two shapes; `REPLAYSSM_PLOT_SAMPLE=x.png` keeps the picture to look at.
+    #[test]
+    fn several_kernels_and_shapes_get_a_colour_each() {
+        use crate::bench::TINY_KDA_SHAPE;
+        let mut results = vec![];
+        for shape in [TINY_SHAPE, TINY_KDA_SHAPE] {
+            for (i, kernel) in [Kernel::V, Kernel::F, Kernel::DFlush].into_iter().enumerate() {
+                for (j, b) in [1usize, 8, 64, 512].into_iter().enumerate() {
+                    let case = Case {
+                        kernel,
+                        shape,
+                        batch: b,
+                        t: 4,
+                        dtype: DType::BF16,
+                    };
+                    // 10 % at B = 1 rising by 20 % per batch step, offset per kernel.
+                    let pct = 10.0 + 20.0 * j as f64 + 5.0 * i as f64;
+                    let us = crate::floor::floor_us(floor_bytes(&case), 4e12) * 100.0 / pct;
+                    results.push(CaseResult {
+                        floor_bytes: floor_bytes(&case),
+                        case,
+                        outcome: Outcome::Timed {
+                            timing: Timing {
+                                median_us: us,
+                                p10_us: us,
+                                p90_us: us,
+                                samples: 1,
+                                launches_per_sample: 1,
+                                graph: false,
+                            },
+                            sets: 1,
+                        },
+                    });
+                }
+            }
+        }
+        let rep = Report {
+            backend: Backend::Cuda,
+            device: None,
+            copy_bandwidth: Some(4e12),
+            no_timing_reason: None,
+            results,
+        };
+        let png_bytes = render(&rep, 4).unwrap();
+        if let Some(path) = std::env::var_os("REPLAYSSM_PLOT_SAMPLE") {
+            std::fs::write(path, &png_bytes).unwrap();
+        }
+        let (w, h, px) = decode(&png_bytes);
+        assert_eq!((w as usize, h as usize), (W, TOP + PANEL_H + LEGEND_H));
+        // V, F, D-flush and the derived V+F step.
+        for c in &PALETTE[..4] {
+            // Drawn in both panels (left and right halves) and in the legend.
+            let xs: Vec<usize> = px
+                .chunks(3)
+                .enumerate()
+                .filter(|(_, p)| *p == c)
+                .map(|(i, _)| i % W)
+                .collect();
+            assert!(xs.iter().any(|&x| x < W / 2) && xs.iter().any(|&x| x >= W / 2), "{c:?}");
+        }
+        assert_eq!(has_colour(&px, PALETTE[4]), 0, "four series, four colours");
+    }
+
     #[test]
     fn an_untimed_run_draws_no_series() {
         let (_, _, px) = decode(&render(&report(false), 4).unwrap());

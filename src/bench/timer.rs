@@ -198,7 +198,9 @@ mod device {
         let launches_per_sample;
         if use_graph {
             // About 200 µs of work per replay, and every input set at least once.
-            let n = ((200.0 / per_launch_us.max(0.1)).ceil() as usize).clamp(sets.max(1), 2000);
+            let n = ((200.0 / per_launch_us.max(0.1)).ceil() as usize)
+                .min(2000)
+                .max(sets.max(1));
             launches_per_sample = n;
             let g = capture(&stream, launch, sets, n)?;
             for _ in 0..2 {
