@@ -38,6 +38,8 @@ pub(crate) enum Fill {
     Ints(Vec<i32>),
     /// Zero (the device error word only).
     Zero,
+    /// NaN: an output every launch must overwrite entirely; checked after the first launches.
+    Poison,
 }
 
 /// One declared buffer: `len` elements, replicated once per input set unless `shared`.
@@ -79,6 +81,12 @@ impl Plan {
             shared: false,
         });
         Buf(self.specs.len() - 1)
+    }
+
+    /// An output every launch writes entirely: starts as NaN, checked by
+    /// [`Buffers::check_written`].
+    pub fn output(&mut self, name: &'static str, elem: Elem, len: usize) -> Buf {
+        self.per_set(name, elem, len, Fill::Poison)
     }
 
     /// An index array shared by every set.
@@ -139,7 +147,11 @@ impl Plan {
             fill(&mem, s, stride, copies, &mut rng).map_err(|e| format!("filling {}: {e}", s.name))?;
             mems.push((mem, if s.shared { 0 } else { stride }));
         }
-        Ok(Buffers { mems })
+        Ok(Buffers {
+            mems,
+            specs: self.specs.clone(),
+            sets,
+        })
     }
 }
 
@@ -148,6 +160,17 @@ fn host_values(s: &Spec, count: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
     let mut out = Vec::with_capacity(count * s.elem.size());
     match &s.fill {
         Fill::Zero => out.resize(count * s.elem.size(), 0),
+        Fill::Poison => {
+            let nan: &[u8] = match s.elem {
+                Elem::F32 | Elem::Act(DType::F32) => &[0x00, 0x00, 0xc0, 0x7f],
+                Elem::Act(DType::F16) => &[0x00, 0x7e],
+                Elem::Act(DType::BF16) => &[0xc0, 0x7f],
+                Elem::I32 | Elem::U32 => &[0xff, 0xff, 0xff, 0xff],
+            };
+            for _ in 0..count {
+                out.extend_from_slice(nan);
+            }
+        }
         Fill::Ints(v) => {
             for i in 0..count {
                 out.extend_from_slice(&v[i % v.len()].to_le_bytes());
@@ -245,7 +268,13 @@ impl Memory {
 /// Allocated buffers: a pointer per (buffer, set).
 pub(crate) struct Buffers {
     mems: Vec<(Memory, usize)>,
+    specs: Vec<Spec>,
+    sets: usize,
 }
+
+/// Bytes of each set of an output that `check_written` reads back from a device (all of it on
+/// the host): enough to catch a wrong pointer or extent without copying gigabytes.
+const CHECK_BYTES: usize = 16 << 20;
 
 impl Buffers {
     /// Set `set`'s copy of `b` (the one copy of a shared buffer).
@@ -256,6 +285,64 @@ impl Buffers {
 
     pub fn void(&self, b: Buf, set: usize) -> *mut c_void {
         self.ptr(b, set)
+    }
+
+    /// Every declared output (`Plan::output`) of every set no longer holds a NaN in its first
+    /// `CHECK_BYTES` (all of it on the host): the launches wrote where the harness thinks.
+    pub fn check_written(&self) -> Result<(), String> {
+        for (i, s) in self.specs.iter().enumerate() {
+            if !matches!(s.fill, Fill::Poison) {
+                continue;
+            }
+            let (m, stride) = &self.mems[i];
+            let bytes = s.len * s.elem.size();
+            let n = match m {
+                Memory::Host(_) => bytes,
+                #[cfg(replayssm_cuda)]
+                Memory::Device(_) => bytes.min(CHECK_BYTES),
+            };
+            for set in 0..self.sets {
+                let mut host = vec![0u8; n];
+                match m {
+                    Memory::Host(_) => {
+                        // SAFETY: set `set` of this buffer holds `bytes >= n` bytes.
+                        unsafe { std::ptr::copy_nonoverlapping(m.ptr().add(stride * set), host.as_mut_ptr(), n) }
+                    }
+                    #[cfg(replayssm_cuda)]
+                    Memory::Device(_) => {
+                        // SAFETY: as above, from device memory.
+                        crate::cuda::check("cudaMemcpy", unsafe {
+                            crate::ffi::rssm_cuda_memcpy_dtoh(
+                                host.as_mut_ptr().cast(),
+                                m.ptr().add(stride * set).cast(),
+                                n as u64,
+                            )
+                        })
+                        .map_err(|e| e.to_string())?;
+                    }
+                }
+                let nan_at = match s.elem {
+                    Elem::F32 | Elem::Act(DType::F32) => host
+                        .chunks_exact(4)
+                        .position(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_nan()),
+                    Elem::Act(DType::F16) => host
+                        .chunks_exact(2)
+                        .position(|c| half::f16::from_le_bytes([c[0], c[1]]).is_nan()),
+                    Elem::Act(DType::BF16) => host
+                        .chunks_exact(2)
+                        .position(|c| half::bf16::from_le_bytes([c[0], c[1]]).is_nan()),
+                    Elem::I32 | Elem::U32 => None,
+                };
+                if let Some(at) = nan_at {
+                    return Err(format!(
+                        "output {} of input set {set} still holds NaN at element {at} after the first \
+                         launches (unwritten, or the kernel produced NaN)",
+                        s.name
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Reads one u32 (the error word) back.
@@ -299,5 +386,23 @@ mod tests {
         let st = unsafe { std::slice::from_raw_parts(b.ptr::<f32>(s, 2), 64) };
         assert!(st.iter().all(|x| (-1.0..1.0).contains(x)), "{st:?}");
         assert!(st.iter().any(|&x| x != 0.0));
+    }
+
+    #[test]
+    fn an_unwritten_output_is_caught() {
+        let mut p = Plan::default();
+        let o = p.output("o", Elem::Act(DType::BF16), 5);
+        let b = p.allocate(Backend::Emulated, 2, 1).unwrap();
+        let err = b.check_written().unwrap_err();
+        assert!(err.contains("output o of input set 0"), "{err}");
+        for set in 0..2 {
+            // SAFETY: 5 bf16 per set.
+            let xs = unsafe { std::slice::from_raw_parts_mut(b.ptr::<half::bf16>(o, set), 5) };
+            xs.fill(half::bf16::ONE);
+            if set == 0 {
+                assert!(b.check_written().unwrap_err().contains("input set 1"));
+            }
+        }
+        b.check_written().unwrap();
     }
 }

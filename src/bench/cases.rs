@@ -159,8 +159,8 @@ fn tokens(p: &mut Plan, c: &Case, n: usize) -> Tokens {
         b: p.per_set("b", act, n * d.hv, UNIT),
         a_log: p.per_set("A_log", Elem::F32, d.hv, Fill::Uniform(-1.0, 0.5)),
         dt_bias: p.per_set("dt_bias", Elem::F32, d.hv * gw, UNIT),
-        // Outputs start as random data too: never zeros.
-        o: p.per_set("o", act, n * d.hv * d.v, UNIT),
+        // Every row is live, so every output element is written: NaN until then.
+        o: p.output("o", act, n * d.hv * d.v),
     }
 }
 
@@ -203,6 +203,20 @@ struct Ring {
     beta: Buf,
 }
 
+/// The ring V writes (every position of every slot: full windows, all rows live).
+fn written_ring(p: &mut Plan, c: &Case, slots: usize, w: usize) -> Ring {
+    let d = c.shape.dims;
+    let n = slots * w;
+    let act = Elem::Act(c.dtype);
+    Ring {
+        v: p.output("ring_v", act, n * d.hv * d.v),
+        k: p.output("ring_k", act, n * d.h * d.k),
+        g: p.output("ring_g", Elem::F32, n * d.hv * d.gate_width(c.shape.variant)),
+        beta: p.output("ring_beta", Elem::F32, n * d.hv),
+    }
+}
+
+/// A ring F and P read.
 fn spec_ring(p: &mut Plan, c: &Case, layers: usize, slots: usize, w: usize) -> Ring {
     let d = c.shape.dims;
     let n = layers * slots * w;
@@ -233,7 +247,7 @@ fn recurrent(p: &mut Plan, c: &Case, backend: Backend, ew: Buf, window: bool) ->
     let (b, t) = (c.batch, if window { c.t } else { 1 });
     let tok = tokens(p, c, b * t);
     let st = state(p, c, 1, b);
-    let snaps = window.then(|| p.per_set("snapshots", Elem::F32, b * t * c.shape.dims.state_elems(), UNIT));
+    let snaps = window.then(|| p.output("snapshots", Elem::F32, b * t * c.shape.dims.state_elems()));
     let cu = p.ints("cu_seqlens", (0..=b).map(|r| (r * t) as i32).collect());
     let slots = p.ints("slots", seq(b));
     let c = *c;
@@ -262,7 +276,7 @@ fn verify(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
     let (b, t) = (c.batch, c.t);
     let tok = tokens(p, c, b * t);
     let st = state(p, c, 1, b);
-    let ring = spec_ring(p, c, 1, b, t);
+    let ring = written_ring(p, c, b, t);
     let cu = p.ints("cu_seqlens", (0..=b).map(|r| (r * t) as i32).collect());
     let slots = p.ints("slots", seq(b));
     let c = *c;

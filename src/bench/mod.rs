@@ -392,6 +392,7 @@ impl PreparedCase {
             p.launch_set(set, std::ptr::null_mut()).map_err(Outcome::Failed)?;
         }
         p.check("the first launches").map_err(Outcome::Failed)?;
+        p.buffers.check_written().map_err(Outcome::Failed)?;
         Ok(p)
     }
 
