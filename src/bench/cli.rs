@@ -188,6 +188,11 @@ pub fn main(args: &BenchArgs) -> ExitCode {
         println!("device-to-device copy bandwidth: {:.3} TB/s (read + write)", bw / 1e12);
     }
     print!("{}", report.table());
+    if report.copy_bandwidth.is_some() {
+        for t in report.targets() {
+            println!("{t}");
+        }
+    }
     if let Some(path) = &args.json {
         let (date, _) = utc_now();
         let command = std::env::args().collect::<Vec<_>>().join(" ");

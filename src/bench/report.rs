@@ -20,6 +20,44 @@ pub struct Report {
     pub results: Vec<CaseResult>,
 }
 
+/// One performance target and where this run stands.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    pub what: String,
+    pub threshold: f64,
+    /// The worst measured value and the row it came from.
+    pub worst: Option<(f64, String)>,
+}
+
+impl Target {
+    fn new(what: &str, threshold: f64, worst: Option<(f64, String)>) -> Target {
+        Target {
+            what: what.to_string(),
+            threshold,
+            worst,
+        }
+    }
+
+    /// `Some(met)` when measured.
+    pub fn met(&self) -> Option<bool> {
+        self.worst.as_ref().map(|(v, _)| *v >= self.threshold)
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.worst {
+            None => write!(f, "target {}: not measured in this run", self.what),
+            Some((v, at)) => write!(
+                f,
+                "target {}: worst {v:.2} at {at}: {}",
+                self.what,
+                if *v >= self.threshold { "met" } else { "MISSED" }
+            ),
+        }
+    }
+}
+
 /// One line of the results: a measured case or a derived one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
@@ -183,6 +221,48 @@ impl Report {
         out
     }
 
+    /// Issue 6's targets, each judged on the rows of this run (`None`: no row measured it).
+    pub fn targets(&self) -> Vec<Target> {
+        let rows = self.rows();
+        // The worst row of `kernel` among `keep`, by `value`.
+        let worst = |kernel: &str, keep: &dyn Fn(&Row) -> bool, value: &dyn Fn(&Row) -> Option<f64>| {
+            rows.iter()
+                .filter(|r| r.kernel == kernel && keep(r))
+                .filter_map(|r| value(r).map(|v| (v, format!("{} B={} T={}", r.shape, r.batch, r.t))))
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+        };
+        let pct = |r: &Row| r.percent_of_floor;
+        let ratio = |r: &Row| r.ratio_vs_baseline;
+        let big = |r: &Row| r.batch >= 64;
+        let mut out = vec![
+            Target::new("F >= 80 % of its floor at B >= 64", 80.0, worst("F", &big, &pct)),
+            Target::new("V >= 70 % of its floor at B >= 64", 70.0, worst("V", &big, &pct)),
+            Target::new(
+                "V+F step >= 2.0x the recurrent verify + copy, Qwen3.5-122B, B = 128, T = 4",
+                2.0,
+                worst(
+                    "V+F step",
+                    &|r: &Row| r.shape == "Qwen3.5-122B" && r.batch == 128 && r.t == 4,
+                    &ratio,
+                ),
+            ),
+            Target::new(
+                "D non-flush >= 70 % of its floor at B >= 64",
+                70.0,
+                worst("D-nonflush", &big, &pct),
+            ),
+        ];
+        // At B = 1 no kernel may be slower than 1.5x its baseline: ratio >= 1/1.5 for each.
+        for k in ["V", "F", "D-cycle", "V+F step"] {
+            out.push(Target::new(
+                &format!("{k} at B = 1 no slower than 1.5x its baseline (ratio >= 0.667)"),
+                1.0 / 1.5,
+                worst(k, &|r: &Row| r.batch == 1, &ratio),
+            ));
+        }
+        out
+    }
+
     /// The results file: run facts, then one object per row.
     pub fn to_json(&self, command: &str, commit: &str, date: &str, clocks: Option<&str>) -> Value {
         let dev = self.device.as_ref();
@@ -221,6 +301,11 @@ impl Report {
                 "none"
             },
             "no_timing_reason": self.no_timing_reason,
+            "targets": self.targets().iter().map(|t| json!({
+                "target": t.what, "threshold": t.threshold,
+                "worst": t.worst.as_ref().map(|w| w.0), "worst_at": t.worst.as_ref().map(|w| w.1.clone()),
+                "met": t.met(),
+            })).collect::<Vec<_>>(),
             "cases": rows,
         })
     }
@@ -329,6 +414,53 @@ mod tests {
         assert_eq!(j["cases"][3]["kernel"], "V");
         assert_eq!(j["copy_bandwidth_tbs"], 4.0);
         assert!(rep.table().lines().count() == rows.len() + 1);
+        // Targets on the same rows: all at B = 8 here, so the B >= 64 ones are not measured.
+        let t = rep.targets();
+        assert!(t[0].worst.is_none() && t[0].met().is_none(), "{}", t[0]);
+        assert!(t.iter().all(|t| t.worst.is_none()), "nothing at B = 1 or 64 either");
+        assert_eq!(j["targets"].as_array().unwrap().len(), t.len());
+    }
+
+    #[test]
+    fn targets_take_the_worst_row_and_compare_it_with_the_threshold() {
+        let at = |k: Kernel, b: usize, us: f64| {
+            let mut r = timed(k, 4, us);
+            r.case.batch = b;
+            r.floor_bytes = crate::bench::floor_bytes(&r.case);
+            r
+        };
+        let mut results = vec![];
+        for (b, f_us, v_us) in [(64, 10.0, 8.0), (128, 20.0, 40.0)] {
+            results.extend([at(Kernel::F, b, f_us), at(Kernel::V, b, v_us)]);
+        }
+        // V and R-window at B = 1: V 3x faster than its baseline.
+        results.extend([at(Kernel::V, 1, 1.0), at(Kernel::RWindow, 1, 3.0)]);
+        let bw = 4.0e12;
+        let rep = Report {
+            backend: Backend::Cuda,
+            device: None,
+            copy_bandwidth: Some(bw),
+            no_timing_reason: None,
+            results,
+        };
+        let t = rep.targets();
+        let pct = |k: Kernel, b: usize, us: f64| {
+            let mut c = timed(k, 4, us).case;
+            c.batch = b;
+            100.0 * floor_us(crate::bench::floor_bytes(&c), bw) / us
+        };
+        // F: the worse of B = 64 and 128 (percent of floor), judged against 80 %.
+        let f_worst = pct(Kernel::F, 64, 10.0).min(pct(Kernel::F, 128, 20.0));
+        assert_eq!(t[0].worst.as_ref().unwrap().0, f_worst);
+        assert_eq!(t[0].met(), Some(f_worst >= 80.0));
+        let v_worst = pct(Kernel::V, 64, 8.0).min(pct(Kernel::V, 128, 40.0));
+        assert_eq!(t[1].worst.as_ref().unwrap().0, v_worst);
+        assert!(t[1].to_string().contains("tiny B="), "{}", t[1]);
+        // V at B = 1: ratio 3 >= 0.667, met.
+        let v1 = t.iter().find(|t| t.what.starts_with("V at B = 1")).unwrap();
+        assert_eq!(v1.worst.as_ref().unwrap().0, 3.0);
+        assert_eq!(v1.met(), Some(true));
+        assert!(v1.to_string().ends_with(": met"), "{v1}");
     }
 
     #[test]
