@@ -274,6 +274,7 @@ pub(crate) struct Buffers {
 
 /// Bytes of each set of an output that `check_written` reads back from a device (all of it on
 /// the host): enough to catch a wrong pointer or extent without copying gigabytes.
+#[cfg_attr(not(replayssm_cuda), allow(dead_code))]
 const CHECK_BYTES: usize = 16 << 20;
 
 impl Buffers {
