@@ -276,6 +276,7 @@ impl Report {
                     "bytes": r.floor_bytes, "floor_us": r.floor_us,
                     "percent_of_floor": r.percent_of_floor,
                     "baseline": r.baseline, "ratio_vs_baseline": r.ratio_vs_baseline,
+                    "copy_bandwidth_tbs": self.copy_bandwidth.map(|b| b / 1e12),
                     "graph": r.graph, "input_sets": r.sets, "status": r.status,
                 })
             })
