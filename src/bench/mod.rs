@@ -195,6 +195,28 @@ pub struct CaseResult {
     pub outcome: Outcome,
 }
 
+#[cfg(test)]
+impl CaseResult {
+    /// A case timed at `us` per launch (test fixture for the report and the plot).
+    pub(crate) fn timed_at(case: Case, us: f64) -> CaseResult {
+        CaseResult {
+            floor_bytes: floor_bytes(&case),
+            case,
+            outcome: Outcome::Timed {
+                timing: Timing {
+                    median_us: us,
+                    p10_us: us,
+                    p90_us: us,
+                    samples: 1,
+                    launches_per_sample: 1,
+                    graph: false,
+                },
+                sets: 1,
+            },
+        }
+    }
+}
+
 /// The floor bytes of a measured kernel.
 pub fn floor_bytes(c: &Case) -> f64 {
     floor_of(&c.shape, c.dtype, c.batch, c.t, c.kernel.name())

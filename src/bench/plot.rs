@@ -308,7 +308,7 @@ pub fn write(report: &Report, t: usize, path: &std::path::Path) -> Result<(), St
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::bench::{floor_bytes, Case, CaseResult, Kernel, Outcome, Timing, TINY_SHAPE};
+    use crate::bench::{floor_bytes, Case, CaseResult, Kernel, Outcome, TINY_SHAPE};
     use crate::dtype::DType;
 
     fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
@@ -336,25 +336,11 @@ mod tests {
                     dtype: DType::BF16,
                 };
                 let us = crate::floor::floor_us(floor_bytes(&case), 4e12) * 2.0;
-                CaseResult {
-                    floor_bytes: floor_bytes(&case),
-                    case,
-                    outcome: if timed {
-                        Outcome::Timed {
-                            timing: Timing {
-                                median_us: us,
-                                p10_us: us,
-                                p90_us: us,
-                                samples: 1,
-                                launches_per_sample: 1,
-                                graph: true,
-                            },
-                            sets: 1,
-                        }
-                    } else {
-                        Outcome::Ran
-                    },
+                let mut r = CaseResult::timed_at(case, us);
+                if !timed {
+                    r.outcome = Outcome::Ran;
                 }
+                r
             })
             .collect();
         Report {
@@ -402,21 +388,7 @@ mod tests {
                     // 10 % at B = 1 rising by 20 % per batch step, offset per kernel.
                     let pct = 10.0 + 20.0 * j as f64 + 5.0 * i as f64;
                     let us = crate::floor::floor_us(floor_bytes(&case), 4e12) * 100.0 / pct;
-                    results.push(CaseResult {
-                        floor_bytes: floor_bytes(&case),
-                        case,
-                        outcome: Outcome::Timed {
-                            timing: Timing {
-                                median_us: us,
-                                p10_us: us,
-                                p90_us: us,
-                                samples: 1,
-                                launches_per_sample: 1,
-                                graph: false,
-                            },
-                            sets: 1,
-                        },
-                    });
+                    results.push(CaseResult::timed_at(case, us));
                 }
             }
         }

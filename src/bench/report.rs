@@ -348,7 +348,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::{Case, Timing, TINY_SHAPE};
+    use crate::bench::{Case, TINY_SHAPE};
     use crate::dtype::DType;
 
     fn timed(kernel: Kernel, t: usize, us: f64) -> CaseResult {
@@ -359,21 +359,7 @@ mod tests {
             t: if kernel.uses_window() { t } else { 1 },
             dtype: DType::BF16,
         };
-        CaseResult {
-            floor_bytes: crate::bench::floor_bytes(&case),
-            case,
-            outcome: Outcome::Timed {
-                timing: Timing {
-                    median_us: us,
-                    p10_us: us,
-                    p90_us: us,
-                    samples: 1,
-                    launches_per_sample: 1,
-                    graph: false,
-                },
-                sets: 1,
-            },
-        }
+        CaseResult::timed_at(case, us)
     }
 
     #[test]
