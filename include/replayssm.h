@@ -15,8 +15,11 @@
  *   - No entry allocates, synchronises, or reads device memory from the host: every entry can be
  *     captured in a CUDA graph. Values that change between replays (slots, cu_seqlens, accept
  *     lengths, cursors, positions) live in device memory and are checked by the kernels, which
- *     skip rows they cannot trust and OR REPLAYSSM_DEVERR_* bits into `error_word` (optional; read
- *     it after the stream synchronises). Sizes, strides and pointers in the params are baked into
+ *     skip rows they cannot trust and OR REPLAYSSM_DEVERR_* bits into `error_word` (optional: pass
+ *     one; check it with replayssm_check_error_word() after a step or a graph replay). On the
+ *     EMULATED backend those arrays are host memory and are checked before the launch instead
+ *     (a refusal writes nothing). docs/input-contract.md lists every check and what the caller
+ *     must guarantee (buffer extents). Sizes, strides and pointers in the params are baked into
  *     a captured graph: re-capture when they change. Warm up (one call outside capture) before
  *     capturing so the CUDA runtime has loaded the kernels.
  *   - The status says what went wrong; `replayssm_last_error_message()` names the field. Bad
@@ -84,6 +87,23 @@
 #define REPLAYSSM_DEVERR_BAD_TREE 16
 
 /*
+ Device error word bit: a live slot repeated in one launch (every row on it was skipped), or a
+ track slot equal to a live slot or to another row's track slot (those tracks were skipped).
+ */
+#define REPLAYSSM_DEVERR_DUPLICATE_SLOT 32
+
+/*
+ Device error word bit: a track slot on a row whose track step lies outside the steps it
+ commits (a null row commits none): no snapshot was stored there.
+ */
+#define REPLAYSSM_DEVERR_TRACK_STEP 64
+
+/*
+ Largest value head dim V a call accepts (a bound on the launch grid).
+ */
+#define REPLAYSSM_MAX_V 65536
+
+/*
  What every entry returns.
  */
 typedef enum replayssm_status {
@@ -120,6 +140,11 @@ typedef enum replayssm_status {
    A bug in this library (a caught panic); the message says where.
    */
   REPLAYSSM_ERR_INTERNAL = 8,
+  /*
+   `replayssm_check_error_word` found device error bits: kernels skipped rows whose
+   device-side indices they could not trust; the message names the bits.
+   */
+  REPLAYSSM_ERR_DEVICE_REPORTED = 9,
 } replayssm_status;
 
 /*
@@ -437,6 +462,20 @@ int32_t replayssm_last_cuda_error(void);
  message (e.g. "cudaGetDeviceCount returned 35 ...: no NVIDIA driver").
  */
 enum replayssm_status replayssm_backend_available(int32_t backend);
+
+/*
+ Reads the device error word `word` (a `uint32_t`: device memory for CUDA, host memory for
+ EMULATED), and if any bit is set resets it to 0 and returns `REPLAYSSM_ERR_DEVICE_REPORTED`
+ with the bits named in the last error message; `REPLAYSSM_OK` when it is 0. For CUDA this
+ waits for `stream` (and the reset for the device): call it after a step or a graph replay,
+ outside stream capture. Every kernel entry ORs its `REPLAYSSM_DEVERR_*` bits into the word it
+ is given; without a word the device cannot report, so engines should always pass one.
+
+ # Safety
+ `word` is NULL or points to a `uint32_t` in the backend's memory; `stream` is NULL or a
+ live CUDA stream of the current device.
+ */
+enum replayssm_status replayssm_check_error_word(int32_t backend, uint32_t *word, void *stream);
 
 /*
  `sizeof` of the named params struct in this library (e.g. "replayssm_fold_params"), or 0 for

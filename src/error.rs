@@ -97,7 +97,7 @@ pub enum Error {
         code: i32,
         message: String,
     },
-    #[error("kernel {kernel} skipped rows it could not trust (device error word {bits:#x})")]
+    #[error("kernel {kernel} skipped rows it could not trust (device error word {bits:#x}: {})", device_error_names(*bits))]
     DeviceReported { kernel: &'static str, bits: u32 },
     /// A capability gate of SPEC §5 refused the configuration.
     #[error(transparent)]
@@ -111,3 +111,29 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The bits of the device error word (`RSSM_DEVERR_*`), with what each means for the launch.
+pub const DEVICE_ERROR_BITS: [(u32, &str, &str); 7] = [
+    (ffi::RSSM_DEVERR_SLOT_OUT_OF_RANGE, "SLOT_OUT_OF_RANGE", "a slot outside -1..num_slots (row skipped)"),
+    (ffi::RSSM_DEVERR_BAD_SEQLENS, "BAD_SEQLENS", "cu_seqlens not increasing or beyond num_tokens / max_seqlen (request skipped)"),
+    (ffi::RSSM_DEVERR_BAD_LENGTH, "BAD_LENGTH", "an accept length, replay count, cursor or position out of range (row skipped)"),
+    (ffi::RSSM_DEVERR_TRACK_SLOT, "TRACK_SLOT", "a track slot out of range (track skipped)"),
+    (ffi::RSSM_DEVERR_BAD_TREE, "BAD_TREE", "a bad tree parent or accepted path (request skipped)"),
+    (ffi::RSSM_DEVERR_DUPLICATE_SLOT, "DUPLICATE_SLOT", "a live slot repeated in one launch, or a track slot equal to a live or another track slot (those rows or tracks skipped)"),
+    (ffi::RSSM_DEVERR_TRACK_STEP, "TRACK_STEP", "a track step outside the steps its row commits (no snapshot stored)"),
+];
+
+/// The names and meanings of the set bits of a device error word, `; `-separated (unknown bits
+/// are named by value).
+pub fn device_error_names(bits: u32) -> String {
+    let mut parts: Vec<String> = DEVICE_ERROR_BITS
+        .iter()
+        .filter(|(bit, ..)| bits & bit != 0)
+        .map(|(_, name, meaning)| format!("{name}: {meaning}"))
+        .collect();
+    let known = DEVICE_ERROR_BITS.iter().fold(0, |acc, (bit, ..)| acc | bit);
+    if bits & !known != 0 {
+        parts.push(format!("unknown bits {:#x}", bits & !known));
+    }
+    parts.join("; ")
+}

@@ -70,8 +70,21 @@ impl HeadDims {
                 self.hv, self.h
             )));
         }
-        if self.hv > 65535 || self.k > 1 << 16 || self.v > 1 << 20 {
-            return Err(Error::Dims(format!("{self:?} exceeds the launch limits (HV <= 65535)")));
+        if self.hv > 65535 {
+            return Err(Error::Dims(format!(
+                "HV = {} exceeds the launch limit of 65535",
+                self.hv
+            )));
+        }
+        if self.k > 1 << 16 {
+            return Err(Error::Dims(format!("K = {} exceeds 65536", self.k)));
+        }
+        if self.v > ffi::RSSM_MAX_V as usize {
+            return Err(Error::Dims(format!(
+                "V = {} exceeds RSSM_MAX_V = {} (the launch grid's bound)",
+                self.v,
+                ffi::RSSM_MAX_V
+            )));
         }
         Ok(())
     }

@@ -383,6 +383,7 @@ fn buffered_decode_with_device_cursors_gives_kernel_r_bits() {
     }
 }
 
+/// The cursor kernel itself (kernel layer, no host checks: what CUDA runs under graph replay).
 #[test]
 fn cursor_kernel_flags_garbage_slots_and_positions_and_stays_in_its_buffers() {
     let guard = 64;
@@ -395,19 +396,22 @@ fn cursor_kernel_flags_garbage_slots_and_positions_and_stays_in_its_buffers() {
     let mut positions = vec![0i32; 4];
     let mut word = 0u32;
     let call = |buf: &mut Vec<i32>, positions: &mut Vec<i32>, op: replayssm_cursor_op, word: &mut u32| {
-        let c = replayssm_cursor_params {
+        let c = replayssm::ffi::rssm_cursor_params {
             cursors: buf[guard..].as_mut_ptr(),
             slots: slots.as_ptr(),
             positions: positions.as_mut_ptr(),
+            force_flush: ptr::null(),
             error_word: word,
             batch: 4,
             num_slots: num_slots as i32,
             cache_len: 3,
             op: op as i32,
-            ..Default::default()
         };
         // SAFETY: host buffers sized for these params; only the slot values are garbage.
-        unsafe { replayssm_decode_cursors(EMU, &c, ptr::null_mut()) }
+        match unsafe { replayssm::ffi::rssm_emu_decode_cursors(&c, ptr::null_mut()) } {
+            0 => REPLAYSSM_OK,
+            _ => REPLAYSSM_ERR_EMULATOR,
+        }
     };
     assert_eq!(
         call(

@@ -4,6 +4,7 @@
 
 use std::ffi::c_void;
 
+use super::indices::{self, host_ints};
 use super::params::*;
 use super::{backend_of, guard, read_params, replayssm_status, Failure};
 use crate::backend::Backend;
@@ -42,11 +43,61 @@ fn aligned16<T>(backend: Backend, p: *const T, name: &str) -> Check {
     Ok(())
 }
 
+/// The header and padding fields: no flags are defined in ABI 1, and `reserved` must stay 0 so
+/// that a later version can give it a meaning without misreading an old caller's garbage.
+fn header(flags: u32, reserved: i32) -> Check {
+    if flags != 0 {
+        return Err(Failure::invalid(format!(
+            "flags = {flags:#x}: no flags are defined in ABI {}, it must be 0",
+            super::REPLAYSSM_ABI_VERSION
+        )));
+    }
+    if reserved != 0 {
+        return Err(Failure::invalid(format!("reserved = {reserved}: it must be 0")));
+    }
+    Ok(())
+}
+
+/// Bytes spanned by `rows` rows `stride` elements apart, `row` elements each: the kernels index
+/// them with 64-bit offsets, so the span must not overflow (nor exceed what a pointer can reach).
+fn extent(name: &str, rows: i64, stride: i64, row: i64, elem_bytes: i64) -> Check {
+    let span = if rows <= 0 {
+        Some(0)
+    } else {
+        (rows - 1)
+            .checked_mul(stride)
+            .and_then(|x| x.checked_add(row))
+            .and_then(|x| x.checked_mul(elem_bytes))
+    };
+    match span {
+        Some(bytes) if bytes <= isize::MAX as i64 => Ok(()),
+        _ => Err(Failure::invalid(format!(
+            "{name}: {rows} rows of stride {stride} (row {row} elements of {elem_bytes} bytes) overflow 64-bit addressing (limit {} bytes)",
+            isize::MAX
+        ))),
+    }
+}
+
+/// Bytes of a dense array of `dims` elements of `elem_bytes`: must fit 64-bit addressing.
+fn dense(name: &str, dims: &[i32], elem_bytes: i64) -> Check {
+    let elems = dims.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d.max(0) as i64));
+    extent(name, 1, 0, elems.unwrap_or(i64::MAX), elem_bytes)
+}
+
+/// Bytes of one activation element.
+fn act_bytes(dtype: i32) -> i64 {
+    if dtype == 0 {
+        4
+    } else {
+        2
+    }
+}
+
 /// Head dims, dtype, variant and the l2norm flag, as every kernel needs them.
 fn problem(h: i32, hv: i32, k: i32, v: i32, dtype: i32, variant: i32, qk_l2norm: i32) -> Check {
     at_least(h as i64, 1, "H")?;
     at_least(hv as i64, 1, "HV")?;
-    at_least(v as i64, 1, "V")?;
+    in_range(v, 1, ffi::RSSM_MAX_V as i32, "V (value head dim)")?;
     in_range(hv, 1, 65535, "HV")?;
     if hv % h != 0 {
         return Err(Failure::invalid(format!(
@@ -66,7 +117,7 @@ fn problem(h: i32, hv: i32, k: i32, v: i32, dtype: i32, variant: i32, qk_l2norm:
 
 /// The token inputs R, V and D share: pointers, exactly one gate form, strides, scale.
 macro_rules! check_tokens {
-    ($p:expr) => {{
+    ($p:expr, $rows:expr) => {{
         let p = $p;
         nonnull(p.q, "q")?;
         nonnull(p.k, "k")?;
@@ -105,6 +156,16 @@ macro_rules! check_tokens {
         if !p.scale.is_finite() {
             return Err(Failure::invalid(format!("scale = {} is not finite", p.scale)));
         }
+        let (rows, act) = ($rows as i64, act_bytes(p.dtype));
+        extent("q", rows, p.q_stride, h * k, act)?;
+        extent("k", rows, p.k_stride, h * k, act)?;
+        extent("v", rows, p.v_stride, hv * v, act)?;
+        extent("o", rows, p.o_stride, hv * v, act)?;
+        if raw {
+            let gate_row = if p.variant == 1 { hv * k } else { hv };
+            extent("a", rows, p.a_stride, gate_row, act)?;
+            extent("b", rows, p.b_stride, hv, act)?;
+        }
     }};
 }
 
@@ -113,6 +174,43 @@ fn pool(batch: i32, num_slots: i32, num_layers: i32) -> Check {
     in_range(batch, 1, 65535, "batch")?;
     at_least(num_slots as i64, 1, "num_slots")?;
     at_least(num_layers as i64, 1, "num_layers")
+}
+
+/// The pool and spec-ring extents of V, F and P (`[NL, NS, ...]`) fit 64-bit addressing.
+fn spec_extents<P: SpecDims>(p: &P, nl: i32, ns: i32, w: i32) -> Check {
+    let (h, hv, k, v, variant, dtype) = p.dims();
+    let gw = if variant == 1 { k } else { 1 };
+    dense("state", &[nl, ns, hv, v, k], 4)?;
+    dense("ring_v", &[nl, ns, hv, w, v], act_bytes(dtype))?;
+    dense("ring_k", &[nl, ns, h, w, k], act_bytes(dtype))?;
+    dense("ring_g", &[nl, ns, hv, w, gw], 4)
+}
+
+/// Head dims of the spec params structs, for [`spec_extents`].
+trait SpecDims {
+    fn dims(&self) -> (i32, i32, i32, i32, i32, i32);
+}
+
+macro_rules! spec_dims {
+    ($($t:ty),*) => {$(
+        impl SpecDims for $t {
+            fn dims(&self) -> (i32, i32, i32, i32, i32, i32) {
+                (self.H, self.HV, self.K, self.V, self.variant, self.dtype)
+            }
+        }
+    )*};
+}
+spec_dims!(replayssm_verify_params, replayssm_fold_params, replayssm_replay_params);
+
+/// F and materialise launch one grid row per (request, layer): at most 65535 of them.
+fn grid_rows(batch: i32, num_layers: i32) -> Check {
+    let rows = batch as i64 * num_layers as i64;
+    if rows > 65535 {
+        return Err(Failure::invalid(format!(
+            "batch * num_layers = {batch} * {num_layers} = {rows} exceeds 65535 (one grid row per request and layer): split the batch"
+        )));
+    }
+    Ok(())
 }
 
 /// Maps a launcher's status to a failure with the backend's own message.
@@ -196,6 +294,7 @@ pub unsafe extern "C" fn replayssm_recurrent(
     guard("replayssm_recurrent", || {
         let p = read_params(params, "replayssm_recurrent_params")?;
         let backend = backend_of(backend)?;
+        header(p.flags, p.reserved)?;
         problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
         in_range(p.batch, 1, 65535, "batch")?;
         at_least(p.num_tokens as i64, 0, "num_tokens")?;
@@ -205,9 +304,24 @@ pub unsafe extern "C" fn replayssm_recurrent(
         nonnull(p.slots, "slots")?;
         nonnull(p.state, "state")?;
         in_range(p.write_state, 0, 1, "write_state")?;
-        check_tokens!(&p);
+        check_tokens!(&p, p.num_tokens);
+        dense("state", &[p.num_slots, p.HV, p.V, p.K], 4)?;
+        if !p.snapshots.is_null() {
+            dense("snapshots", &[p.batch, p.max_seqlen, p.HV, p.V, p.K], 4)?;
+        }
         aligned16(backend, p.state, "state")?;
         aligned16(backend, p.snapshots, "snapshots")?;
+        if backend == Backend::Emulated {
+            // SAFETY: the documented extents of slots [batch] and cu_seqlens [batch + 1].
+            let (slots, cu) = unsafe {
+                (
+                    host_ints(p.slots, p.batch as usize),
+                    host_ints(p.cu_seqlens, p.batch as usize + 1),
+                )
+            };
+            indices::slots("slots", &slots, p.num_slots)?;
+            indices::seqlens(&cu, p.num_tokens, p.max_seqlen)?;
+        }
         launch!(
             "recurrent",
             backend,
@@ -233,6 +347,7 @@ pub unsafe extern "C" fn replayssm_verify(
     guard("replayssm_verify", || {
         let p = read_params(params, "replayssm_verify_params")?;
         let backend = backend_of(backend)?;
+        header(p.flags, p.reserved)?;
         problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
         pool(p.batch, p.num_slots, p.num_layers)?;
         in_range(p.layer, 0, p.num_layers - 1, "layer")?;
@@ -258,8 +373,33 @@ pub unsafe extern "C" fn replayssm_verify(
                 "ring_v, ring_k, ring_g, ring_beta: set all four (ring write) or none",
             ));
         }
-        check_tokens!(&p);
+        let with_ring = !ring[0];
+        if with_ring && p.window < p.max_seqlen {
+            return Err(Failure::invalid(format!(
+                "window = {} is smaller than max_seqlen = {}: the ring must hold every draft token of a request (W >= T)",
+                p.window, p.max_seqlen
+            )));
+        }
+        check_tokens!(&p, p.num_tokens);
+        spec_extents(&p, p.num_layers, p.num_slots, p.window)?;
         aligned16(backend, p.state, "state")?;
+        if backend == Backend::Emulated {
+            // SAFETY: the documented extents of slots [batch], cu_seqlens [batch + 1] and
+            // parent [num_tokens] (read only where the windows say, after they are checked).
+            let (slots, cu) = unsafe {
+                (
+                    host_ints(p.slots, p.batch as usize),
+                    host_ints(p.cu_seqlens, p.batch as usize + 1),
+                )
+            };
+            indices::slots("slots", &slots, p.num_slots)?;
+            indices::seqlens(&cu, p.num_tokens, p.max_seqlen)?;
+            if !p.parent.is_null() {
+                // SAFETY: as above.
+                let parent = unsafe { host_ints(p.parent, p.num_tokens as usize) };
+                indices::parents(&parent, &cu, &slots)?;
+            }
+        }
         launch!("verify", backend, rssm_verify, rssm_emu_verify, p.kernel(), stream)
     })
 }
@@ -268,9 +408,11 @@ pub unsafe extern "C" fn replayssm_verify(
 macro_rules! check_spec_ring {
     ($p:expr, $backend:expr) => {{
         let p = $p;
+        header(p.flags, 0)?;
         problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
         pool(p.batch, p.num_slots, p.num_layers)?;
         at_least(p.window as i64, 1, "window")?;
+        spec_extents(p, p.num_layers, p.num_slots, p.window)?;
         nonnull(p.state, "state")?;
         nonnull(p.ring_v, "ring_v")?;
         nonnull(p.ring_k, "ring_k")?;
@@ -312,6 +454,29 @@ pub unsafe extern "C" fn replayssm_fold(
         if p.track_slots.is_null() != p.track_steps.is_null() {
             return Err(Failure::invalid("track_slots and track_steps: set both or neither"));
         }
+        grid_rows(p.batch, p.num_layers)?;
+        if backend == Backend::Emulated {
+            let b = p.batch as usize;
+            // SAFETY: the documented extents: slots, accept_lens, track_* [batch], accept_paths
+            // [batch, path_width].
+            let slots = unsafe { host_ints(p.slots, b) };
+            indices::slots("slots", &slots, p.num_slots)?;
+            let lens = if p.accept_paths.is_null() {
+                // SAFETY: as above.
+                let lens = unsafe { host_ints(p.accept_lens, b) };
+                indices::lengths("accept_lens", &lens, &slots, p.window)?;
+                lens
+            } else {
+                let w = p.path_width as usize;
+                // SAFETY: as above.
+                indices::paths(&unsafe { host_ints(p.accept_paths, b * w) }, w, &slots, p.window)?
+            };
+            if !p.track_slots.is_null() {
+                // SAFETY: as above.
+                let (ts, st) = unsafe { (host_ints(p.track_slots, b), host_ints(p.track_steps, b)) };
+                indices::tracks(&ts, &st, &slots, &lens, p.num_slots)?;
+            }
+        }
         launch!("fold", backend, rssm_fold, rssm_emu_fold, p.kernel(), stream)
     })
 }
@@ -333,14 +498,32 @@ pub unsafe extern "C" fn replayssm_replay(
         check_spec_ring!(&p, backend);
         in_range(p.layer, 0, p.num_layers - 1, "layer")?;
         nonnull(p.counts, "counts")?;
+        if backend == Backend::Emulated {
+            // SAFETY: the documented extents of slots and counts, [batch] each.
+            let (slots, counts) = unsafe {
+                (
+                    host_ints(p.slots, p.batch as usize),
+                    host_ints(p.counts, p.batch as usize),
+                )
+            };
+            indices::slots("slots", &slots, p.num_slots)?;
+            indices::lengths("counts", &counts, &slots, p.window)?;
+        }
         launch!("replay", backend, rssm_replay, rssm_emu_replay, p.kernel(), stream)
     })
 }
 
 fn check_decode_ring(p: &replayssm_decode_params, backend: Backend) -> Check {
+    header(p.flags, p.reserved)?;
     problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
     pool(p.batch, p.num_slots, p.num_layers)?;
     in_range(p.cache_len, 1, crate::decode::MAX_CACHE_LEN as i32, "cache_len")?;
+    let gw = if p.variant == 1 { p.K } else { 1 };
+    let (nl, ns, l) = (p.num_layers, p.num_slots, p.cache_len);
+    dense("state", &[nl, ns, p.HV, p.V, p.K], 4)?;
+    dense("ring_d", &[nl, ns, p.HV, l, p.V], 4)?;
+    dense("ring_k", &[nl, ns, p.H, l, p.K], 4)?;
+    dense("ring_g", &[nl, ns, p.HV, l, gw], 4)?;
     nonnull(p.state, "state")?;
     nonnull(p.ring_d, "ring_d")?;
     nonnull(p.ring_k, "ring_k")?;
@@ -348,7 +531,19 @@ fn check_decode_ring(p: &replayssm_decode_params, backend: Backend) -> Check {
     nonnull(p.slots, "slots")?;
     nonnull(p.positions, "positions (the cursor snapshot of this step)")?;
     aligned16(backend, p.state, "state")?;
-    aligned16(backend, p.ring_k, "ring_k")
+    aligned16(backend, p.ring_k, "ring_k")?;
+    if backend == Backend::Emulated {
+        // SAFETY: the documented extents of slots and positions, [batch] each.
+        let (slots, pos) = unsafe {
+            (
+                host_ints(p.slots, p.batch as usize),
+                host_ints(p.positions, p.batch as usize),
+            )
+        };
+        indices::slots("slots", &slots, p.num_slots)?;
+        indices::positions("positions", &pos, &slots, p.cache_len)?;
+    }
+    Ok(())
 }
 
 /// Kernel D, buffered decode of layer `layer` (one token per row): outputs from the checkpoint
@@ -369,7 +564,7 @@ pub unsafe extern "C" fn replayssm_decode(
         let backend = backend_of(backend)?;
         check_decode_ring(&p, backend)?;
         in_range(p.layer, 0, p.num_layers - 1, "layer")?;
-        check_tokens!(&p);
+        check_tokens!(&p, p.batch);
         launch!("decode", backend, rssm_decode, rssm_emu_decode, p.kernel(), stream)
     })
 }
@@ -390,12 +585,7 @@ pub unsafe extern "C" fn replayssm_decode_materialize(
         let p = read_params(params, "replayssm_decode_params")?;
         let backend = backend_of(backend)?;
         check_decode_ring(&p, backend)?;
-        if p.batch as i64 * p.num_layers as i64 > 65535 {
-            return Err(Failure::invalid(format!(
-                "batch * num_layers = {} exceeds 65535: split the materialise into smaller batches",
-                p.batch as i64 * p.num_layers as i64
-            )));
-        }
+        grid_rows(p.batch, p.num_layers)?;
         let mut kp = p.kernel();
         kp.layer = 0;
         launch!(
@@ -423,14 +613,39 @@ pub unsafe extern "C" fn replayssm_decode_cursors(
     guard("replayssm_decode_cursors", || {
         let p = read_params(params, "replayssm_cursor_params")?;
         let backend = backend_of(backend)?;
+        header(p.flags, 0)?;
         in_range(p.op, 0, 2, "op (0 = SNAPSHOT, 1 = ADVANCE, 2 = RESET)")?;
-        at_least(p.batch as i64, 1, "batch")?;
+        in_range(p.batch, 1, 65535, "batch")?;
         at_least(p.num_slots as i64, 1, "num_slots")?;
         in_range(p.cache_len, 1, crate::decode::MAX_CACHE_LEN as i32, "cache_len")?;
         nonnull(p.cursors, "cursors")?;
         nonnull(p.slots, "slots")?;
         if p.op != replayssm_cursor_op::REPLAYSSM_CURSOR_RESET as i32 {
             nonnull(p.positions, "positions")?;
+        }
+        if backend == Backend::Emulated {
+            let b = p.batch as usize;
+            // SAFETY: the documented extents: slots and positions [batch], cursors [num_slots].
+            let slots = unsafe { host_ints(p.slots, b) };
+            indices::slots("slots", &slots, p.num_slots)?;
+            if p.op == replayssm_cursor_op::REPLAYSSM_CURSOR_SNAPSHOT as i32 {
+                // SAFETY: as above; only live rows' cursors are read.
+                let cur: Vec<i32> = slots
+                    .iter()
+                    .map(|&s| {
+                        if s >= 0 {
+                            unsafe { std::ptr::read_unaligned(p.cursors.add(s as usize)) }
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                indices::positions("cursors[slots]", &cur, &slots, p.cache_len)?;
+            } else if p.op == replayssm_cursor_op::REPLAYSSM_CURSOR_ADVANCE as i32 {
+                // SAFETY: as above.
+                let pos = unsafe { host_ints(p.positions, b) };
+                indices::positions("positions", &pos, &slots, p.cache_len)?;
+            }
         }
         launch!(
             "decode_cursors",

@@ -15,6 +15,7 @@
 #![allow(non_camel_case_types)]
 
 mod config;
+mod indices;
 mod kernels;
 pub mod params;
 
@@ -55,6 +56,9 @@ pub enum replayssm_status {
     REPLAYSSM_ERR_CONFIG_REFUSED = 7,
     /// A bug in this library (a caught panic); the message says where.
     REPLAYSSM_ERR_INTERNAL = 8,
+    /// `replayssm_check_error_word` found device error bits: kernels skipped rows whose
+    /// device-side indices they could not trust; the message names the bits.
+    REPLAYSSM_ERR_DEVICE_REPORTED = 9,
 }
 
 /// Where a kernel entry runs.
@@ -99,6 +103,14 @@ pub const REPLAYSSM_DEVERR_BAD_LENGTH: u32 = 0x4;
 pub const REPLAYSSM_DEVERR_TRACK_SLOT: u32 = 0x8;
 /// Device error word bit: a bad tree parent or accepted path (the request was skipped).
 pub const REPLAYSSM_DEVERR_BAD_TREE: u32 = 0x10;
+/// Device error word bit: a live slot repeated in one launch (every row on it was skipped), or a
+/// track slot equal to a live slot or to another row's track slot (those tracks were skipped).
+pub const REPLAYSSM_DEVERR_DUPLICATE_SLOT: u32 = 0x20;
+/// Device error word bit: a track slot on a row whose track step lies outside the steps it
+/// commits (a null row commits none): no snapshot was stored there.
+pub const REPLAYSSM_DEVERR_TRACK_STEP: u32 = 0x40;
+/// Largest value head dim V a call accepts (a bound on the launch grid).
+pub const REPLAYSSM_MAX_V: i32 = 65536;
 
 const _: () = {
     assert!(REPLAYSSM_MAX_VERIFY_WINDOW as u32 == crate::ffi::RSSM_MAX_VERIFY_WINDOW);
@@ -107,6 +119,9 @@ const _: () = {
     assert!(REPLAYSSM_DEVERR_BAD_LENGTH == crate::ffi::RSSM_DEVERR_BAD_LENGTH);
     assert!(REPLAYSSM_DEVERR_TRACK_SLOT == crate::ffi::RSSM_DEVERR_TRACK_SLOT);
     assert!(REPLAYSSM_DEVERR_BAD_TREE == crate::ffi::RSSM_DEVERR_BAD_TREE);
+    assert!(REPLAYSSM_DEVERR_DUPLICATE_SLOT == crate::ffi::RSSM_DEVERR_DUPLICATE_SLOT);
+    assert!(REPLAYSSM_DEVERR_TRACK_STEP == crate::ffi::RSSM_DEVERR_TRACK_STEP);
+    assert!(REPLAYSSM_MAX_V as u32 == crate::ffi::RSSM_MAX_V);
 };
 
 /// A refused call: its status, its message and, for CUDA failures, the cudaError_t.
@@ -242,6 +257,7 @@ pub extern "C" fn replayssm_status_string(status: i32) -> *const c_char {
         6 => b"REPLAYSSM_ERR_BACKEND_UNAVAILABLE: the backend cannot run here\0",
         7 => b"REPLAYSSM_ERR_CONFIG_REFUSED: a capability gate refused the configuration\0",
         8 => b"REPLAYSSM_ERR_INTERNAL: a bug in replayssm (a caught panic)\0",
+        9 => b"REPLAYSSM_ERR_DEVICE_REPORTED: kernels skipped rows with untrustworthy device-side indices\0",
         _ => b"unknown replayssm_status\0",
     };
     s.as_ptr() as *const c_char
@@ -269,6 +285,93 @@ pub extern "C" fn replayssm_last_cuda_error() -> i32 {
 #[no_mangle]
 pub extern "C" fn replayssm_backend_available(backend: i32) -> replayssm_status {
     guard("replayssm_backend_available", || backend_of(backend).map(|_| ()))
+}
+
+/// Reads the device error word `word` (a `uint32_t`: device memory for CUDA, host memory for
+/// EMULATED), and if any bit is set resets it to 0 and returns `REPLAYSSM_ERR_DEVICE_REPORTED`
+/// with the bits named in the last error message; `REPLAYSSM_OK` when it is 0. For CUDA this
+/// waits for `stream` (and the reset for the device): call it after a step or a graph replay,
+/// outside stream capture. Every kernel entry ORs its `REPLAYSSM_DEVERR_*` bits into the word it
+/// is given; without a word the device cannot report, so engines should always pass one.
+///
+/// # Safety
+/// `word` is NULL or points to a `uint32_t` in the backend's memory; `stream` is NULL or a
+/// live CUDA stream of the current device.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_check_error_word(
+    backend: i32,
+    word: *mut u32,
+    stream: *mut std::ffi::c_void,
+) -> replayssm_status {
+    guard("replayssm_check_error_word", || {
+        let backend = backend_of(backend)?;
+        if word.is_null() {
+            return Err(Failure::invalid("word is NULL"));
+        }
+        let bits = read_and_reset_word(backend, word, stream)?;
+        if bits == 0 {
+            return Ok(());
+        }
+        Err(Failure::new(
+            replayssm_status::REPLAYSSM_ERR_DEVICE_REPORTED,
+            format!(
+                "device error word {bits:#x}: {}",
+                crate::error::device_error_names(bits)
+            ),
+        ))
+    })
+}
+
+/// The word's value, and 0 written in its place.
+///
+/// # Safety
+/// As `replayssm_check_error_word`, `word` non-NULL.
+unsafe fn read_and_reset_word(backend: Backend, word: *mut u32, stream: *mut std::ffi::c_void) -> Result<u32, Failure> {
+    match backend {
+        Backend::Cuda => cuda_read_and_reset(word, stream),
+        _ => {
+            let bits = std::ptr::read_unaligned(word);
+            std::ptr::write_unaligned(word, 0);
+            let _ = stream;
+            Ok(bits)
+        }
+    }
+}
+
+#[cfg(replayssm_cuda)]
+unsafe fn cuda_read_and_reset(word: *mut u32, stream: *mut std::ffi::c_void) -> Result<u32, Failure> {
+    use crate::ffi;
+    let fail = |call: &str, code: i32| Failure {
+        status: replayssm_status::REPLAYSSM_ERR_CUDA,
+        message: format!("{call} failed: error {code} ({})", crate::cuda::error_string(code)),
+        cuda_error: code,
+    };
+    let code = ffi::rssm_cuda_stream_synchronize(stream);
+    if code != 0 {
+        return Err(fail("cudaStreamSynchronize", code));
+    }
+    let mut bits = 0u32;
+    let code = ffi::rssm_cuda_memcpy_dtoh((&mut bits as *mut u32).cast(), word as *const _, 4);
+    if code != 0 {
+        return Err(fail("cudaMemcpy (device to host)", code));
+    }
+    if bits != 0 {
+        // The reset must land before the caller's next launch on any stream: wait for it.
+        let code = ffi::rssm_cuda_memset(word.cast(), 0, 4);
+        if code != 0 {
+            return Err(fail("cudaMemset", code));
+        }
+        let code = ffi::rssm_cuda_synchronize();
+        if code != 0 {
+            return Err(fail("cudaDeviceSynchronize", code));
+        }
+    }
+    Ok(bits)
+}
+
+#[cfg(not(replayssm_cuda))]
+unsafe fn cuda_read_and_reset(_word: *mut u32, _stream: *mut std::ffi::c_void) -> Result<u32, Failure> {
+    unreachable!("backend_of refuses CUDA in a build without it")
 }
 
 /// `sizeof` of the named params struct in this library (e.g. "replayssm_fold_params"), or 0 for

@@ -250,7 +250,9 @@ pub enum replayssm_cursor_op {
 macro_rules! mirror {
     ($abi:ident => $kernel:ident { $($f:ident),* $(,)? } $(reserved: $r:ident)?) => {
         impl $abi {
-            pub(crate) fn kernel(&self) -> ffi::$kernel {
+            /// The kernel layer's struct of these params (what the C ABI hands its launcher;
+            /// tests drive the kernel layer's emulated launchers with it, without host checks).
+            pub fn kernel(&self) -> ffi::$kernel {
                 ffi::$kernel { $($f: self.$f,)* $($r: 0,)? }
             }
         }

@@ -37,7 +37,7 @@ template <class P> rssm_status token_fields_can_implement(const P *p) {
 inline rssm_status recurrent_can_implement(const rssm_recurrent_params *p, bool vector_aligned) {
   if (!p) return RSSM_ERR_INVALID_ARGUMENT;
   if (p->batch < 1 || p->num_tokens < 0 || p->max_seqlen < 1 || p->num_slots < 1 || p->H < 1 || p->HV < 1 ||
-      p->K < 1 || p->V < 1 || p->HV % p->H != 0 || p->batch > 65535 || p->HV > 65535)
+      p->K < 1 || p->V < 1 || p->V > RSSM_MAX_V || p->HV % p->H != 0 || p->batch > 65535 || p->HV > 65535)
     return RSSM_ERR_INVALID_ARGUMENT;
   if (p->dtype < RSSM_DTYPE_F32 || p->dtype > RSSM_DTYPE_BF16) return RSSM_ERR_INVALID_ARGUMENT;
   if (p->variant != RSSM_VARIANT_GDN && p->variant != RSSM_VARIANT_KDA) return RSSM_ERR_INVALID_ARGUMENT;
@@ -59,7 +59,7 @@ inline rssm_status spec_common_can_implement(int32_t batch, int32_t num_slots, i
                                              int32_t H, int32_t HV, int32_t K, int32_t V, int32_t dtype,
                                              int32_t variant) {
   if (batch < 1 || batch > 65535 || num_slots < 1 || num_layers < 1 || window < 1 || H < 1 || HV < 1 || K < 1 ||
-      V < 1 || HV % H != 0 || HV > 65535)
+      V < 1 || V > RSSM_MAX_V || HV % H != 0 || HV > 65535)
     return RSSM_ERR_INVALID_ARGUMENT;
   if (dtype < RSSM_DTYPE_F32 || dtype > RSSM_DTYPE_BF16) return RSSM_ERR_INVALID_ARGUMENT;
   if (variant != RSSM_VARIANT_GDN && variant != RSSM_VARIANT_KDA) return RSSM_ERR_INVALID_ARGUMENT;

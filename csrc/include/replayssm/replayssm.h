@@ -47,6 +47,15 @@ typedef enum rssm_variant {
 #define RSSM_DEVERR_TRACK_SLOT 0x8u  /* track slot out of range (track skipped) */
 #define RSSM_DEVERR_BAD_TREE 0x10u   /* parent not in -1..i-1, or an accept path entry outside the window
                                       * or not increasing: the request is skipped (outputs zero) */
+#define RSSM_DEVERR_DUPLICATE_SLOT 0x20u /* a live slot repeated in one launch (both rows skipped), or a track
+                                          * slot equal to a live slot or to another row's track slot (those
+                                          * tracks skipped): on a GPU these would be write races */
+#define RSSM_DEVERR_TRACK_STEP 0x40u /* a track slot on a row whose track step is outside 0..n-1 (n the
+                                      * steps it commits; a null row commits none): no snapshot stored */
+
+/* Largest value head dim V a launch accepts: a bound on the grid (V / 16 row tiles per head),
+ * far above any model's (128 or 256), so that a garbage V is refused rather than launched. */
+#define RSSM_MAX_V 65536
 
 /* Longest verify window the V kernel is compiled for; also the most nodes of one draft tree
  * (tree verify), so a tree is at most this deep. */

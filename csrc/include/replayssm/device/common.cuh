@@ -83,4 +83,23 @@ __device__ __forceinline__ void report_device_error(uint32_t *error_word, uint32
   if (error_word) atomicOr(reinterpret_cast<unsigned *>(error_word), bit);
 }
 
+// Whether `value` occurs in values[0..n) at an index other than `self` (-1: at any index). Two rows
+// of one launch on the same slot would race on its state, so the kernels check this on the device
+// (the host never sees the indices under graph replay) without sorting or scratch memory: the warp
+// scans cooperatively, lane i reading i, i+32, ...: n/32 coalesced loads per warp, then one vote.
+// Every lane of the warp must call it with the same arguments; all get the same answer.
+__device__ __forceinline__ bool warp_find_other(const int32_t *values, int n, int self, int32_t value) {
+  const int lane = threadIdx.x % kWarpSize;
+  bool found = false;
+  for (int i = lane; i < n; i += kWarpSize) found |= i != self && values[i] == value;
+  return __any_sync(kFullMask, found) != 0;
+}
+
+// The same for one thread on its own (kernels whose threads are rows, e.g. the cursor kernel).
+__device__ __forceinline__ bool thread_find_other(const int32_t *values, int n, int self, int32_t value) {
+  bool found = false;
+  for (int i = 0; i < n; ++i) found |= i != self && values[i] == value;
+  return found;
+}
+
 }  // namespace rssm

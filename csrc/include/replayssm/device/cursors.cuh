@@ -13,13 +13,21 @@ template <int THREADS> __global__ void __launch_bounds__(THREADS) cursors_kernel
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= p.batch) return;
   const int32_t slot = p.slots[b];
-  if (slot < 0) {
+  if (slot == -1) {
     if (p.op == RSSM_CURSOR_SNAPSHOT) p.positions[b] = 0;
     return;
   }
-  if (slot >= p.num_slots) {
+  if (slot < -1 || slot >= p.num_slots) {  // garbage, not a null row: flagged
     report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
     if (p.op == RSSM_CURSOR_SNAPSHOT) p.positions[b] = 0;
+    return;
+  }
+  // A live slot shared with another row: both rows are skipped (ADVANCE would race on the cursor).
+  // SNAPSHOT hands them position -1, so kernel D and ADVANCE skip them as well. (One thread per
+  // row here: each scans the row list itself; the kernel runs twice per decode step, not per layer.)
+  if (thread_find_other(p.slots, p.batch, b, slot)) {
+    report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
+    if (p.op == RSSM_CURSOR_SNAPSHOT) p.positions[b] = -1;
     return;
   }
   switch (p.op) {

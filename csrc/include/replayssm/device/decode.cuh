@@ -78,6 +78,11 @@ __global__ void __launch_bounds__(RowTiling::kThreads) decode_kernel(const rssm_
     if (reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
     skip = true;
   }
+  // A live slot shared with another row: both are skipped (their state and ring writes would race).
+  if (!skip && warp_find_other(p.slots, p.batch, b, slot)) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
+    skip = true;
+  }
   const int m = skip ? 0 : p.positions[b];
   if (!skip && (m < 0 || m >= L)) {
     if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_LENGTH);
@@ -155,6 +160,10 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_materialize_ker
   if (slot == -1) return;
   if (slot < -1 || slot >= p.num_slots) {
     if (reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+    return;
+  }
+  if (warp_find_other(p.slots, p.batch, b, slot)) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
     return;
   }
   const int m = p.positions[b];

@@ -36,8 +36,11 @@ __global__ void __launch_bounds__(RowTiling::kThreads) recurrent_kernel(const rs
   const int slot = p.slots[req];
   const bool bad_slot = slot < -1 || slot >= p.num_slots;
   if (bad_slot && row0 == 0 && lane == 0) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+  // A live slot shared with another request: both are skipped (their state writes would race).
+  const bool dup = slot >= 0 && !bad_slot && warp_find_other(p.slots, p.batch, req, slot);
+  if (dup && row0 == 0 && lane == 0) report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
   Act *o_base = static_cast<Act *>(p.o);
-  if (slot < 0 || bad_slot) {  // null (or untrusted) slot: zero outputs, nothing else
+  if (slot < 0 || bad_slot || dup) {  // null (or untrusted) slot: zero outputs, nothing else
     for (int t = bos; t < eos; ++t)
       if (lane < ROWS && row0 + lane < p.V)
         o_base[int64_t(t) * p.o_stride + int64_t(hv) * p.V + row0 + lane] = from_float<Act>(0.0f);

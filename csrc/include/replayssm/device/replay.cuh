@@ -67,11 +67,18 @@ __device__ __forceinline__ void replay_slot(const RingGeometry &geo, int layer, 
   store_rows(state, K, row_ok, s);
 }
 
-// Device-side checks of one request's indices; false = skip it (flagged when invalid).
-__device__ __forceinline__ bool replay_indices_ok(const RingGeometry &geo, int slot, int n, bool report) {
+// Device-side checks of request b's indices; false = skip it (flagged when invalid). A live slot
+// shared with another request skips both (their state writes would race). Every lane of the warp
+// calls it (the duplicate scan is a warp collective).
+__device__ __forceinline__ bool replay_indices_ok(const RingGeometry &geo, const int32_t *slots, int batch, int b,
+                                                  int slot, int n, bool report) {
   if (slot == -1) return false;
   if (slot < -1 || slot >= geo.num_slots) {
     if (report) report_device_error(geo.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+    return false;
+  }
+  if (warp_find_other(slots, batch, b, slot)) {
+    if (report) report_device_error(geo.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
     return false;
   }
   if (n < 0 || n > geo.window) {
@@ -102,7 +109,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) replay_kernel(const rs
   const int b = blockIdx.z;
   const int slot = p.slots[b], n = p.counts[b];
   const bool reporter = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
-  if (!replay_indices_ok(geo, slot, n, reporter)) return;
+  if (!replay_indices_ok(geo, p.slots, p.batch, b, slot, n, reporter)) return;
   replay_slot<EPL, Act, KDA>(geo, p.layer, slot, n, -1, -1);
 }
 
@@ -121,14 +128,25 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) fold_kernel(const rssm
     if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_TREE);
     return;
   }
-  if (!replay_indices_ok(geo, slot, n, reporter)) return;
+  // The track is checked before the request's own indices so that a track on a row that commits
+  // nothing is flagged too: the engine must not believe a prefix-cache snapshot exists.
   int track_slot = p.track_slots ? p.track_slots[b] : -1;
   const int track_step = p.track_steps ? p.track_steps[b] : -1;
-  if (track_slot < -1 || track_slot >= p.num_slots || track_slot == slot) {
-    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_TRACK_SLOT);
-    track_slot = -1;
+  if (track_slot != -1) {
+    uint32_t bad = 0;
+    if (track_slot < -1 || track_slot >= p.num_slots)
+      bad = RSSM_DEVERR_TRACK_SLOT;
+    else if (warp_find_other(p.slots, p.batch, -1, track_slot) ||
+             warp_find_other(p.track_slots, p.batch, b, track_slot))
+      bad = RSSM_DEVERR_DUPLICATE_SLOT;  // a live slot's checkpoint, or another row's track
+    else if (slot < 0 || track_step < 0 || track_step >= n)
+      bad = RSSM_DEVERR_TRACK_STEP;  // (n < 0, a bad path, is flagged as BAD_TREE above)
+    if (bad) {
+      if (reporter) report_device_error(p.error_word, bad);
+      track_slot = -1;
+    }
   }
-  if (track_step < 0 || track_step >= n) track_slot = -1;
+  if (!replay_indices_ok(geo, p.slots, p.batch, b, slot, n, reporter)) return;
   replay_slot<EPL, Act, KDA>(geo, layer, slot, n, track_slot, track_step, path);
 }
 

@@ -61,6 +61,9 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
   const bool bad_slot = slot < -1 || slot >= p.num_slots;
   const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
   if (bad_slot && reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+  // A live slot shared with another request: both are skipped (their ring writes would race).
+  const bool dup = slot >= 0 && !bad_slot && warp_find_other(p.slots, p.batch, req, slot);
+  if (dup && reporter) report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
 
   RSSM_DYNAMIC_SMEM(float, smem);
   float *kh = smem;              // [T][K] normalised keys
@@ -73,7 +76,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
   uint32_t *anc = reinterpret_cast<uint32_t *>(par + T);  // [T] bit j: j is a strict ancestor
   int *tree_ok = reinterpret_cast<int *>(anc + T);
 
-  const bool live = slot >= 0 && !bad_slot;
+  const bool live = slot >= 0 && !bad_slot && !dup;
   if (live) {  // uniform over the block: slot is per request
     if (threadIdx.x == 0) *tree_ok = build_tree(p.parent, bos, len, par, anc);
     __syncthreads();

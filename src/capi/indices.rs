@@ -1,0 +1,195 @@
+//! Host checks of the device-side index arrays (slots, cu_seqlens, accept lengths, tracks, paths,
+//! positions, cursors) for the EMULATED backend, where they are host memory the library can read
+//! before launching. A refusal here writes nothing: the caller's state is bit-identical after it.
+//! On CUDA the host never reads them (graph replay); the kernels apply the same rules and flag
+//! the error word instead. The rules are the kernels' (`device/*.cuh`), row for row.
+
+use super::Failure;
+
+type Check = Result<(), Failure>;
+
+/// Reads `n` i32 from caller memory one element at a time (the caller's pointer need not be
+/// aligned for a Rust slice); `n` is bounded by the batch limits checked before.
+///
+/// # Safety
+/// `p` points to `n` readable i32 (the params' documented extent).
+pub(super) unsafe fn host_ints(p: *const i32, n: usize) -> Vec<i32> {
+    (0..n).map(|i| std::ptr::read_unaligned(p.add(i))).collect()
+}
+
+/// `slots[b]` in -1..num_slots, and every live slot used by one row only (two rows on one slot
+/// would race on its state, ring or cursor).
+pub(super) fn slots(field: &str, slots: &[i32], num_slots: i32) -> Check {
+    let mut first = std::collections::HashMap::new();
+    for (b, &s) in slots.iter().enumerate() {
+        if s < -1 || s >= num_slots {
+            return Err(Failure::invalid(format!(
+                "{field}[{b}] = {s} is out of range: -1 (null row) or 0..{num_slots} (num_slots)"
+            )));
+        }
+        if s >= 0 {
+            if let Some(a) = first.insert(s, b) {
+                return Err(Failure::invalid(format!(
+                    "{field}[{a}] and {field}[{b}] are both {s}: live slots in one launch must be distinct"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// cu_seqlens `[batch + 1]` as the kernels read it: every request's tokens inside
+/// 0..num_tokens, in order, at most `max_seqlen` of them.
+pub(super) fn seqlens(cu: &[i32], num_tokens: i32, max_seqlen: i32) -> Check {
+    for (r, w) in cu.windows(2).enumerate() {
+        let (bos, eos) = (w[0], w[1]);
+        if bos < 0 || eos < bos || eos > num_tokens {
+            return Err(Failure::invalid(format!(
+                "cu_seqlens[{r}..={}] = {bos}..{eos}: a request's tokens must satisfy 0 <= cu_seqlens[r] <= cu_seqlens[r+1] <= num_tokens = {num_tokens}",
+                r + 1
+            )));
+        }
+        if eos - bos > max_seqlen {
+            return Err(Failure::invalid(format!(
+                "request {r} has {} tokens (cu_seqlens[{r}..={}] = {bos}..{eos}), more than max_seqlen = {max_seqlen}",
+                eos - bos,
+                r + 1
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Tree parents of every live request's window: `parent[bos + i]` in -1..i (parents precede
+/// children; the kernel builds no tree for a null row).
+pub(super) fn parents(parent: &[i32], cu: &[i32], slots: &[i32]) -> Check {
+    for (r, w) in cu.windows(2).enumerate() {
+        if slots[r] < 0 {
+            continue;
+        }
+        for i in 0..(w[1] - w[0]) as usize {
+            let p = parent[w[0] as usize + i];
+            if p < -1 || p >= i as i32 {
+                return Err(Failure::invalid(format!(
+                    "parent[{}] = {p} (request {r}, node {i}) must be -1 (child of the checkpoint) or an earlier node 0..{i}",
+                    w[0] as usize + i
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Per-row lengths (`accept_lens`, `counts`) of live rows in 0..=window.
+pub(super) fn lengths(field: &str, lens: &[i32], slots: &[i32], window: i32) -> Check {
+    for (b, (&n, &s)) in lens.iter().zip(slots).enumerate() {
+        if s >= 0 && (n < 0 || n > window) {
+            return Err(Failure::invalid(format!(
+                "{field}[{b}] = {n} is outside 0..={window} (the ring window)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Accepted paths `[batch, width]` of live rows: window positions, increasing, -1 padded.
+/// Returns each row's length.
+pub(super) fn paths(paths: &[i32], width: usize, slots: &[i32], window: i32) -> Result<Vec<i32>, Failure> {
+    let mut lens = vec![0; slots.len()];
+    for (b, &s) in slots.iter().enumerate() {
+        let row = &paths[b * width..(b + 1) * width];
+        let n = row.iter().position(|&x| x == -1).unwrap_or(width);
+        lens[b] = n as i32;
+        if s < 0 {
+            continue;
+        }
+        for (t, &x) in row[..n].iter().enumerate() {
+            if x < 0 || x >= window || (t > 0 && x <= row[t - 1]) {
+                return Err(Failure::invalid(format!(
+                    "accept_paths[{b}][{t}] = {x}: a path lists increasing window positions 0..{window}, then -1"
+                )));
+            }
+        }
+    }
+    Ok(lens)
+}
+
+/// Tracks of a fold: a track slot (-1 = none) in range, distinct from every live slot and every
+/// other track slot, on a live row whose track step lies in 0..n (n the steps it commits).
+pub(super) fn tracks(track_slots: &[i32], track_steps: &[i32], slots: &[i32], lens: &[i32], num_slots: i32) -> Check {
+    let mut first = std::collections::HashMap::new();
+    for (b, (&ts, &step)) in track_slots.iter().zip(track_steps).enumerate() {
+        if ts == -1 {
+            continue;
+        }
+        if ts < -1 || ts >= num_slots {
+            return Err(Failure::invalid(format!(
+                "track_slots[{b}] = {ts} is out of range: -1 (no track) or 0..{num_slots} (num_slots)"
+            )));
+        }
+        if let Some(r) = slots.iter().position(|&s| s == ts) {
+            return Err(Failure::invalid(format!(
+                "track_slots[{b}] = {ts} is also slots[{r}], a live checkpoint: a track slot must differ from every live slot"
+            )));
+        }
+        if let Some(a) = first.insert(ts, b) {
+            return Err(Failure::invalid(format!(
+                "track_slots[{a}] and track_slots[{b}] are both {ts}: track slots in one launch must be distinct"
+            )));
+        }
+        let n = if slots[b] < 0 { 0 } else { lens[b] };
+        if step < 0 || step >= n {
+            return Err(Failure::invalid(format!(
+                "track_steps[{b}] = {step} is outside 0..{n}: row {b} commits {n} steps{} (set track_slots[{b}] = -1 when no snapshot is due)",
+                if slots[b] < 0 { " (a null row)" } else { "" }
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Cursor snapshots (`positions`) or cursors of live rows in 0..cache_len.
+pub(super) fn positions(field: &str, values: &[i32], slots: &[i32], cache_len: i32) -> Check {
+    for (b, (&m, &s)) in values.iter().zip(slots).enumerate() {
+        if s >= 0 && (m < 0 || m >= cache_len) {
+            return Err(Failure::invalid(format!(
+                "{field}[{b}] = {m} (slot {s}) is outside 0..{cache_len} (cache_len)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(c: Check) -> String {
+        c.err().map(|f| f.message).unwrap_or_default()
+    }
+
+    #[test]
+    fn each_rule_names_the_field_its_index_value_and_limit() {
+        assert!(msg(slots("slots", &[1, 1], 4)).contains("slots[0] and slots[1] are both 1"));
+        assert!(msg(slots("slots", &[0, 4], 4)).contains("slots[1] = 4 is out of range"));
+        assert!(slots("slots", &[-1, -1, 2], 4).is_ok());
+        assert!(msg(seqlens(&[0, 3, 2], 3, 4)).contains("cu_seqlens[1..=2] = 3..2"));
+        assert!(msg(seqlens(&[0, 5], 5, 4)).contains("more than max_seqlen = 4"));
+        assert!(msg(parents(&[-1, 1], &[0, 2], &[0])).contains("parent[1] = 1"));
+        assert!(parents(&[-1, 1], &[0, 2], &[-1]).is_ok(), "a null row builds no tree");
+        assert!(msg(lengths("accept_lens", &[2, 9], &[0, 1], 4)).contains("accept_lens[1] = 9 is outside 0..=4"));
+        assert!(
+            lengths("accept_lens", &[2, 9], &[0, -1], 4).is_ok(),
+            "null rows' lengths are not read"
+        );
+        assert!(paths(&[0, 2, -1, 1, 0, -1], 3, &[0, 1], 4).is_err());
+        assert_eq!(paths(&[0, 2, -1, 1, 3, -1], 3, &[0, 1], 4).ok(), Some(vec![2, 2]));
+        let t = |ts: &[i32], st: &[i32]| msg(tracks(ts, st, &[1, 2], &[3, 0], 8));
+        assert!(t(&[2, -1], &[0, -1]).contains("also slots[1]"));
+        assert!(t(&[5, 5], &[0, 0]).contains("both 5"));
+        assert!(t(&[5, -1], &[3, -1]).contains("track_steps[0] = 3 is outside 0..3"));
+        assert!(t(&[-1, 5], &[-1, 0]).contains("row 1 commits 0 steps"));
+        assert!(t(&[5, -1], &[2, -1]).is_empty());
+        assert!(msg(positions("positions", &[0, 3], &[0, 1], 3)).contains("positions[1] = 3 (slot 1) is outside 0..3"));
+    }
+}

@@ -1,0 +1,1590 @@
+//! The bad-input campaign of the library's entry points (issue 19): the C ABI and the kernel layer
+//! behind it, on the emulated backend, fed a catalogue of bad inputs and then a seeded random
+//! campaign. For every input: a status (never a crash), a message naming the field, nothing
+//! written by a refused call (every buffer bit-identical), nothing written outside any buffer
+//! (guard regions), and the host's index checks agreeing with the kernels' device checks in both
+//! directions (what the host refuses the device flags, what the host accepts the device does not
+//! flag). The CLI, case files and Python binding have their own campaigns (tests/cli.rs,
+//! python/tests/test_hostile.py).
+
+mod common;
+
+use std::ptr;
+
+use common::say;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use replayssm::capi::*;
+use replayssm::ffi;
+use replayssm_status::*;
+
+const EMU: i32 = replayssm_backend::REPLAYSSM_BACKEND_EMULATED as i32;
+
+// A small problem every entry can run: 2 layers, 4 slots, window and cache length 4, 2 requests of
+// 2 tokens, H = 1, HV = 2, K = 32, V = 8, f32 activations, precomputed GDN gates.
+const NL: usize = 2;
+const NS: usize = 4;
+const W: usize = 4;
+const L: usize = 4;
+const B: usize = 2;
+const T: usize = 2;
+const N: usize = B * T;
+const H: usize = 1;
+const HV: usize = 2;
+const K: usize = 32;
+const V: usize = 8;
+const GUARD: usize = 32;
+const GUARD_BITS: u32 = 0x7fc0_0bad;
+
+fn last_error() -> String {
+    // SAFETY: the library returns a NUL-terminated thread-local string.
+    unsafe { std::ffi::CStr::from_ptr(replayssm_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A buffer between two guard regions of known bits.
+#[derive(Clone, PartialEq)]
+struct Guarded<T: Copy + PartialEq> {
+    data: Vec<T>,
+}
+
+impl<T: Copy + PartialEq> Guarded<T> {
+    fn new(values: impl IntoIterator<Item = T>, guard: T) -> Self {
+        let mut data = vec![guard; GUARD];
+        data.extend(values);
+        data.extend(std::iter::repeat_n(guard, GUARD));
+        Guarded { data }
+    }
+    fn ptr(&mut self) -> *mut T {
+        self.data[GUARD..].as_mut_ptr()
+    }
+    fn body(&self) -> &[T] {
+        &self.data[GUARD..self.data.len() - GUARD]
+    }
+    fn body_mut(&mut self) -> &mut [T] {
+        let n = self.data.len();
+        &mut self.data[GUARD..n - GUARD]
+    }
+    fn guards_intact(&self, guard: T) -> bool {
+        let n = self.data.len();
+        self.data[..GUARD]
+            .iter()
+            .chain(&self.data[n - GUARD..])
+            .all(|&x| x == guard)
+    }
+}
+
+fn floats(n: usize, rng: &mut ChaCha8Rng, lo: f32, hi: f32) -> Guarded<f32> {
+    Guarded::new((0..n).map(|_| rng.gen_range(lo..hi)), f32::from_bits(GUARD_BITS))
+}
+fn ints(values: &[i32]) -> Guarded<i32> {
+    Guarded::new(values.iter().copied(), GUARD_BITS as i32)
+}
+
+/// Every buffer of every entry, valid for the fixture's sizes.
+#[derive(Clone, PartialEq)]
+struct World {
+    q: Guarded<f32>,
+    k: Guarded<f32>,
+    v: Guarded<f32>,
+    g: Guarded<f32>,
+    beta: Guarded<f32>,
+    o: Guarded<f32>,
+    state: Guarded<f32>,
+    snapshots: Guarded<f32>,
+    ring_v: Guarded<f32>,
+    ring_k: Guarded<f32>,
+    ring_g: Guarded<f32>,
+    ring_beta: Guarded<f32>,
+    ring_d: Guarded<f32>,
+    dring_k: Guarded<f32>,
+    dring_g: Guarded<f32>,
+    slots: Guarded<i32>,
+    cu: Guarded<i32>,
+    parent: Guarded<i32>,
+    lens: Guarded<i32>,
+    paths: Guarded<i32>,
+    track_slots: Guarded<i32>,
+    track_steps: Guarded<i32>,
+    positions: Guarded<i32>,
+    force: Guarded<i32>,
+    cursors: Guarded<i32>,
+    word: Guarded<u32>,
+}
+
+impl World {
+    fn new(seed: u64) -> World {
+        let rng = &mut ChaCha8Rng::seed_from_u64(seed);
+        World {
+            q: floats(N * H * K, rng, -1.0, 1.0),
+            k: floats(N * H * K, rng, -1.0, 1.0),
+            v: floats(N * HV * V, rng, -1.0, 1.0),
+            g: floats(N * HV, rng, -0.5, -0.01),
+            beta: floats(N * HV, rng, 0.1, 0.9),
+            o: floats(N * HV * V, rng, -1.0, 1.0),
+            state: floats(NL * NS * HV * V * K, rng, -0.5, 0.5),
+            snapshots: floats(B * T * HV * V * K, rng, -0.5, 0.5),
+            ring_v: floats(NL * NS * HV * W * V, rng, -1.0, 1.0),
+            ring_k: floats(NL * NS * H * W * K, rng, -1.0, 1.0),
+            ring_g: floats(NL * NS * HV * W, rng, -0.5, -0.01),
+            ring_beta: floats(NL * NS * HV * W, rng, 0.1, 0.9),
+            ring_d: floats(NL * NS * HV * L * V, rng, -0.1, 0.1),
+            dring_k: floats(NL * NS * H * L * K, rng, -0.2, 0.2),
+            dring_g: floats(NL * NS * HV * L, rng, -0.5, -0.01),
+            // Slots 1 and 3 are live; 0 and 2 are free (track targets).
+            slots: ints(&[1, 3]),
+            cu: ints(&[0, 2, 4]),
+            parent: ints(&[-1, 0, -1, 0]),
+            lens: ints(&[2, 1]),
+            paths: ints(&[0, 1, -1, -1, 0, -1, -1, -1]),
+            track_slots: ints(&[0, -1]),
+            track_steps: ints(&[1, -1]),
+            positions: ints(&[1, 0]),
+            force: ints(&[0, 0]),
+            cursors: ints(&[0, 1, 0, 0]),
+            word: Guarded::new([0u32], GUARD_BITS),
+        }
+    }
+
+    fn guards_intact(&self) -> Result<(), &'static str> {
+        let g = f32::from_bits(GUARD_BITS);
+        let fl: [(&str, &Guarded<f32>); 15] = [
+            ("q", &self.q),
+            ("k", &self.k),
+            ("v", &self.v),
+            ("g", &self.g),
+            ("beta", &self.beta),
+            ("o", &self.o),
+            ("state", &self.state),
+            ("snapshots", &self.snapshots),
+            ("ring_v", &self.ring_v),
+            ("ring_k", &self.ring_k),
+            ("ring_g", &self.ring_g),
+            ("ring_beta", &self.ring_beta),
+            ("ring_d", &self.ring_d),
+            ("decode ring_k", &self.dring_k),
+            ("decode ring_g", &self.dring_g),
+        ];
+        for (name, b) in fl {
+            // Compare bits: the guard is a NaN.
+            if !b.data[..GUARD]
+                .iter()
+                .chain(&b.data[b.data.len() - GUARD..])
+                .all(|x| x.to_bits() == g.to_bits())
+            {
+                return Err(name);
+            }
+        }
+        let is: [(&str, &Guarded<i32>); 10] = [
+            ("slots", &self.slots),
+            ("cu_seqlens", &self.cu),
+            ("parent", &self.parent),
+            ("accept_lens", &self.lens),
+            ("accept_paths", &self.paths),
+            ("track_slots", &self.track_slots),
+            ("track_steps", &self.track_steps),
+            ("positions", &self.positions),
+            ("force_flush", &self.force),
+            ("cursors", &self.cursors),
+        ];
+        for (name, b) in is {
+            if !b.guards_intact(GUARD_BITS as i32) {
+                return Err(name);
+            }
+        }
+        if !self.word.guards_intact(GUARD_BITS) {
+            return Err("error_word");
+        }
+        Ok(())
+    }
+
+    /// Bitwise equality (f32 NaNs included).
+    fn same_bits(&self, other: &World) -> bool {
+        let f =
+            |a: &Guarded<f32>, b: &Guarded<f32>| a.data.iter().zip(&b.data).all(|(x, y)| x.to_bits() == y.to_bits());
+        f(&self.q, &other.q)
+            && f(&self.o, &other.o)
+            && f(&self.state, &other.state)
+            && f(&self.snapshots, &other.snapshots)
+            && f(&self.ring_v, &other.ring_v)
+            && f(&self.ring_k, &other.ring_k)
+            && f(&self.ring_g, &other.ring_g)
+            && f(&self.ring_beta, &other.ring_beta)
+            && f(&self.ring_d, &other.ring_d)
+            && f(&self.dring_k, &other.dring_k)
+            && f(&self.dring_g, &other.dring_g)
+            && self.positions == other.positions
+            && self.cursors == other.cursors
+            && self.word == other.word
+    }
+}
+
+/// One C ABI entry: its params over a world, its C ABI call and its kernel-layer launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entry {
+    Recurrent,
+    Verify,
+    Fold,
+    Replay,
+    Decode,
+    Materialize,
+    Cursors,
+}
+
+const ENTRIES: [Entry; 7] = [
+    Entry::Recurrent,
+    Entry::Verify,
+    Entry::Fold,
+    Entry::Replay,
+    Entry::Decode,
+    Entry::Materialize,
+    Entry::Cursors,
+];
+
+/// The params of any entry (each a plain C struct).
+#[derive(Clone, Copy)]
+enum Params {
+    Recurrent(replayssm_recurrent_params),
+    Verify(replayssm_verify_params),
+    Fold(replayssm_fold_params),
+    Replay(replayssm_replay_params),
+    Decode(replayssm_decode_params, bool),
+    Cursors(replayssm_cursor_params),
+}
+
+macro_rules! token_fields {
+    ($p:expr, $w:expr, $rows:expr) => {{
+        $p.q = $w.q.ptr().cast();
+        $p.k = $w.k.ptr().cast();
+        $p.v = $w.v.ptr().cast();
+        $p.g = $w.g.ptr();
+        $p.beta = $w.beta.ptr();
+        $p.o = $w.o.ptr().cast();
+        $p.error_word = $w.word.ptr();
+        $p.q_stride = (H * K) as i64;
+        $p.k_stride = (H * K) as i64;
+        $p.v_stride = (HV * V) as i64;
+        $p.o_stride = (HV * V) as i64;
+        $p.H = H as i32;
+        $p.HV = HV as i32;
+        $p.K = K as i32;
+        $p.V = V as i32;
+        $p.scale = (K as f32).powf(-0.5);
+        $p.dtype = 0;
+        $p.variant = 0;
+        $p.qk_l2norm = 1;
+    }};
+}
+
+impl Entry {
+    /// Valid params of this entry over `w` (pointers into it).
+    fn params(self, w: &mut World) -> Params {
+        match self {
+            Entry::Recurrent => {
+                let mut p = replayssm_recurrent_params::default();
+                token_fields!(p, w, N);
+                p.cu_seqlens = w.cu.ptr();
+                p.slots = w.slots.ptr();
+                // R's pool is one layer: [NS, HV, V, K] (the first layer of the world's).
+                p.state = w.state.ptr();
+                p.snapshots = w.snapshots.ptr();
+                p.num_tokens = N as i32;
+                p.batch = B as i32;
+                p.max_seqlen = T as i32;
+                p.num_slots = NS as i32;
+                p.write_state = 1;
+                Params::Recurrent(p)
+            }
+            Entry::Verify => {
+                let mut p = replayssm_verify_params::default();
+                token_fields!(p, w, N);
+                p.cu_seqlens = w.cu.ptr();
+                p.parent = w.parent.ptr();
+                p.slots = w.slots.ptr();
+                p.state = w.state.ptr();
+                p.ring_v = w.ring_v.ptr().cast();
+                p.ring_k = w.ring_k.ptr().cast();
+                p.ring_g = w.ring_g.ptr();
+                p.ring_beta = w.ring_beta.ptr();
+                p.num_tokens = N as i32;
+                p.batch = B as i32;
+                p.max_seqlen = T as i32;
+                p.num_slots = NS as i32;
+                p.num_layers = NL as i32;
+                p.layer = 1;
+                p.window = W as i32;
+                Params::Verify(p)
+            }
+            Entry::Fold => Params::Fold(replayssm_fold_params {
+                state: w.state.ptr(),
+                ring_v: w.ring_v.ptr().cast(),
+                ring_k: w.ring_k.ptr().cast(),
+                ring_g: w.ring_g.ptr(),
+                ring_beta: w.ring_beta.ptr(),
+                slots: w.slots.ptr(),
+                accept_lens: w.lens.ptr(),
+                track_slots: w.track_slots.ptr(),
+                track_steps: w.track_steps.ptr(),
+                error_word: w.word.ptr(),
+                batch: B as i32,
+                num_slots: NS as i32,
+                num_layers: NL as i32,
+                window: W as i32,
+                H: H as i32,
+                HV: HV as i32,
+                K: K as i32,
+                V: V as i32,
+                qk_l2norm: 1,
+                ..Default::default()
+            }),
+            Entry::Replay => Params::Replay(replayssm_replay_params {
+                state: w.state.ptr(),
+                ring_v: w.ring_v.ptr().cast(),
+                ring_k: w.ring_k.ptr().cast(),
+                ring_g: w.ring_g.ptr(),
+                ring_beta: w.ring_beta.ptr(),
+                slots: w.slots.ptr(),
+                counts: w.lens.ptr(),
+                error_word: w.word.ptr(),
+                batch: B as i32,
+                num_slots: NS as i32,
+                num_layers: NL as i32,
+                layer: 1,
+                window: W as i32,
+                H: H as i32,
+                HV: HV as i32,
+                K: K as i32,
+                V: V as i32,
+                qk_l2norm: 1,
+                ..Default::default()
+            }),
+            Entry::Decode | Entry::Materialize => {
+                let mut p = replayssm_decode_params::default();
+                if self == Entry::Decode {
+                    token_fields!(p, w, B);
+                    p.force_flush = w.force.ptr();
+                } else {
+                    p.error_word = w.word.ptr();
+                    p.H = H as i32;
+                    p.HV = HV as i32;
+                    p.K = K as i32;
+                    p.V = V as i32;
+                    p.qk_l2norm = 1;
+                }
+                p.slots = w.slots.ptr();
+                p.positions = w.positions.ptr();
+                p.state = w.state.ptr();
+                p.ring_d = w.ring_d.ptr();
+                p.ring_k = w.dring_k.ptr();
+                p.ring_g = w.dring_g.ptr();
+                p.batch = B as i32;
+                p.num_slots = NS as i32;
+                p.num_layers = NL as i32;
+                p.layer = 1;
+                p.cache_len = L as i32;
+                Params::Decode(p, self == Entry::Materialize)
+            }
+            Entry::Cursors => Params::Cursors(replayssm_cursor_params {
+                cursors: w.cursors.ptr(),
+                slots: w.slots.ptr(),
+                positions: w.positions.ptr(),
+                force_flush: w.force.ptr(),
+                error_word: w.word.ptr(),
+                batch: B as i32,
+                num_slots: NS as i32,
+                cache_len: L as i32,
+                op: 1,
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+impl Params {
+    fn name(&self) -> &'static str {
+        match self {
+            Params::Recurrent(_) => "replayssm_recurrent",
+            Params::Verify(_) => "replayssm_verify",
+            Params::Fold(_) => "replayssm_fold",
+            Params::Replay(_) => "replayssm_replay",
+            Params::Decode(_, false) => "replayssm_decode",
+            Params::Decode(_, true) => "replayssm_decode_materialize",
+            Params::Cursors(_) => "replayssm_decode_cursors",
+        }
+    }
+
+    /// The C ABI entry on the emulated backend.
+    ///
+    /// # Safety
+    /// The params' pointers cover the extents their sizes describe (the campaign only makes
+    /// sizes smaller than the world's buffers, or invalid).
+    unsafe fn call(&self) -> replayssm_status {
+        self.call_on(EMU)
+    }
+
+    /// The C ABI entry on `backend` (the legacy default stream for CUDA).
+    ///
+    /// # Safety
+    /// As `call`, in the backend's memory.
+    unsafe fn call_on(&self, backend: i32) -> replayssm_status {
+        let s = ptr::null_mut();
+        match self {
+            Params::Recurrent(p) => replayssm_recurrent(backend, p, s),
+            Params::Verify(p) => replayssm_verify(backend, p, s),
+            Params::Fold(p) => replayssm_fold(backend, p, s),
+            Params::Replay(p) => replayssm_replay(backend, p, s),
+            Params::Decode(p, false) => replayssm_decode(backend, p, s),
+            Params::Decode(p, true) => replayssm_decode_materialize(backend, p, s),
+            Params::Cursors(p) => replayssm_decode_cursors(backend, p, s),
+        }
+    }
+
+    /// The kernel layer's emulated launcher (its can_implement, then the kernel: no host checks
+    /// of device-side indices), as CUDA runs it under graph replay.
+    ///
+    /// # Safety
+    /// As `call`.
+    unsafe fn launch_kernel(&self) -> ffi::rssm_status {
+        let s = ptr::null_mut();
+        match self {
+            Params::Recurrent(p) => ffi::rssm_emu_recurrent(&p.kernel(), s),
+            Params::Verify(p) => ffi::rssm_emu_verify(&p.kernel(), s),
+            Params::Fold(p) => ffi::rssm_emu_fold(&p.kernel(), s),
+            Params::Replay(p) => ffi::rssm_emu_replay(&p.kernel(), s),
+            Params::Decode(p, false) => ffi::rssm_emu_decode(&p.kernel(), s),
+            Params::Decode(p, true) => {
+                let mut k = p.kernel();
+                k.layer = 0;
+                ffi::rssm_emu_decode_materialize(&k, s)
+            }
+            Params::Cursors(p) => ffi::rssm_emu_decode_cursors(&p.kernel(), s),
+        }
+    }
+}
+
+/// Runs `p` through the C ABI on a copy of `world`; returns the status, the message and the
+/// world after the call. Panics (the test fails) on a write outside a buffer, or on a refused
+/// call that changed anything.
+fn run(world: &World, edit: impl FnOnce(&mut World, &mut Params), entry: Entry) -> (replayssm_status, String, World) {
+    let mut w = world.clone();
+    let mut p = entry.params(&mut w);
+    edit(&mut w, &mut p);
+    let before = w.clone();
+    // SAFETY: `p` points into `w`, sized for the fixture; edits only shrink sizes or break them.
+    let st = unsafe { p.call() };
+    let msg = last_error();
+    if let Err(buf) = w.guards_intact() {
+        panic!("{}: wrote outside {buf} ({st:?}: {msg})", p.name());
+    }
+    if st != REPLAYSSM_OK {
+        assert!(
+            w.same_bits(&before),
+            "{}: a refused call changed a buffer ({msg})",
+            p.name()
+        );
+        assert!(
+            msg.starts_with(p.name()),
+            "{}: message {msg:?} does not name the entry",
+            p.name()
+        );
+    }
+    (st, msg, w)
+}
+
+type Edit = fn(&mut World, &mut Params);
+
+/// The named catalogue: (entry, what, edit, expected status, needle the message must contain).
+fn catalogue() -> Vec<(Entry, &'static str, Edit, replayssm_status, &'static str)> {
+    use Entry::*;
+    const INV: replayssm_status = REPLAYSSM_ERR_INVALID_ARGUMENT;
+    vec![
+        // Item 1: duplicate and conflicting slots.
+        (
+            Fold,
+            "duplicate live slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
+            INV,
+            "slots[0] and slots[1] are both 1",
+        ),
+        (
+            Fold,
+            "track slot = another row's live slot",
+            |w, _| w.track_slots.body_mut()[0] = 3,
+            INV,
+            "track_slots[0] = 3 is also slots[1]",
+        ),
+        (
+            Fold,
+            "track slot = its own live slot",
+            |w, _| w.track_slots.body_mut()[0] = 1,
+            INV,
+            "track_slots[0] = 1 is also slots[0]",
+        ),
+        (
+            Fold,
+            "duplicate track slots",
+            |w, _| {
+                w.track_slots.body_mut().copy_from_slice(&[2, 2]);
+                w.track_steps.body_mut().copy_from_slice(&[0, 0]);
+            },
+            INV,
+            "track_slots[0] and track_slots[1] are both 2",
+        ),
+        (
+            Recurrent,
+            "duplicate live slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
+            INV,
+            "slots[0] and slots[1] are both 3",
+        ),
+        (
+            Verify,
+            "duplicate live slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
+            INV,
+            "both 3",
+        ),
+        (
+            Replay,
+            "duplicate live slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
+            INV,
+            "both 3",
+        ),
+        (
+            Decode,
+            "duplicate live slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
+            INV,
+            "both 1",
+        ),
+        (
+            Materialize,
+            "duplicate live slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
+            INV,
+            "both 1",
+        ),
+        (
+            Cursors,
+            "duplicate live slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[2, 2]),
+            INV,
+            "both 2",
+        ),
+        // Item 2: a track step outside the committed steps.
+        (
+            Fold,
+            "track step = accept length",
+            |w, _| w.track_steps.body_mut()[0] = 2,
+            INV,
+            "track_steps[0] = 2 is outside 0..2",
+        ),
+        (
+            Fold,
+            "track step negative",
+            |w, _| w.track_steps.body_mut()[0] = -1,
+            INV,
+            "track_steps[0] = -1",
+        ),
+        (
+            Fold,
+            "track on a row that commits nothing",
+            |w, _| w.lens.body_mut()[0] = 0,
+            INV,
+            "row 0 commits 0 steps",
+        ),
+        (
+            Fold,
+            "track on a null row",
+            |w, _| {
+                w.slots.body_mut()[0] = -1;
+            },
+            INV,
+            "(a null row)",
+        ),
+        // Other device-side values, host-visible here.
+        (
+            Fold,
+            "slot out of range",
+            |w, _| w.slots.body_mut()[1] = 4,
+            INV,
+            "slots[1] = 4 is out of range",
+        ),
+        (
+            Fold,
+            "accept length over the window",
+            |w, _| w.lens.body_mut()[1] = 5,
+            INV,
+            "accept_lens[1] = 5 is outside 0..=4",
+        ),
+        (
+            Replay,
+            "count negative",
+            |w, _| w.lens.body_mut()[1] = -1,
+            INV,
+            "counts[1] = -1",
+        ),
+        (
+            Recurrent,
+            "cu_seqlens decreasing",
+            |w, _| w.cu.body_mut()[1] = 5,
+            INV,
+            "cu_seqlens[0..=1] = 0..5",
+        ),
+        (
+            Verify,
+            "parent of a later node",
+            |w, _| w.parent.body_mut()[1] = 1,
+            INV,
+            "parent[1] = 1",
+        ),
+        (
+            Decode,
+            "position past the cache",
+            |w, _| w.positions.body_mut()[0] = 4,
+            INV,
+            "positions[0] = 4 (slot 1) is outside 0..4",
+        ),
+        (
+            Cursors,
+            "advance of a bad position",
+            |w, _| w.positions.body_mut()[1] = -3,
+            INV,
+            "positions[1] = -3",
+        ),
+        (
+            Cursors,
+            "snapshot of a bad cursor",
+            |w, p| {
+                w.cursors.body_mut()[3] = 9;
+                if let Params::Cursors(c) = p {
+                    c.op = 0;
+                }
+            },
+            INV,
+            "cursors[slots][1] = 9",
+        ),
+        (
+            Fold,
+            "path not increasing",
+            |w, p| {
+                w.paths.body_mut()[..2].copy_from_slice(&[1, 0]);
+                if let Params::Fold(f) = p {
+                    f.accept_lens = ptr::null();
+                    f.accept_paths = w.paths.ptr();
+                    f.path_width = W as i32;
+                    f.track_slots = ptr::null();
+                    f.track_steps = ptr::null();
+                }
+            },
+            INV,
+            "accept_paths[0][1] = 0",
+        ),
+        // Item 10: refusals that name the field.
+        (
+            Verify,
+            "ring window smaller than max_seqlen",
+            |_, p| {
+                if let Params::Verify(v) = p {
+                    v.window = 1;
+                }
+            },
+            INV,
+            "window = 1 is smaller than max_seqlen = 2",
+        ),
+        (
+            Fold,
+            "huge num_layers",
+            |_, p| {
+                if let Params::Fold(f) = p {
+                    f.num_layers = 1 << 20;
+                }
+            },
+            INV,
+            "batch * num_layers = 2 * 1048576",
+        ),
+        (
+            Fold,
+            "V = 2^31 - 1",
+            |_, p| {
+                if let Params::Fold(f) = p {
+                    f.V = i32::MAX;
+                }
+            },
+            INV,
+            "V (value head dim) = 2147483647, must be in 1..=65536",
+        ),
+        (
+            Recurrent,
+            "V = 2^31 - 1",
+            |_, p| {
+                if let Params::Recurrent(r) = p {
+                    r.V = i32::MAX;
+                }
+            },
+            INV,
+            "V (value head dim) = 2147483647",
+        ),
+        (
+            Fold,
+            "state extent overflows",
+            |_, p| {
+                if let Params::Fold(f) = p {
+                    f.num_slots = i32::MAX;
+                    f.HV = 65535;
+                    f.V = 65536;
+                    f.K = 256;
+                }
+            },
+            INV,
+            "state: ",
+        ),
+        // Item 11: non-zero flags / reserved, strides that overflow 64-bit addressing.
+        (
+            Recurrent,
+            "flags set",
+            |_, p| {
+                if let Params::Recurrent(r) = p {
+                    r.flags = 4;
+                }
+            },
+            INV,
+            "flags = 0x4",
+        ),
+        (
+            Verify,
+            "reserved set",
+            |_, p| {
+                if let Params::Verify(v) = p {
+                    v.reserved = 1;
+                }
+            },
+            INV,
+            "reserved = 1",
+        ),
+        (
+            Fold,
+            "flags set",
+            |_, p| {
+                if let Params::Fold(f) = p {
+                    f.flags = 1;
+                }
+            },
+            INV,
+            "flags = 0x1",
+        ),
+        (
+            Cursors,
+            "flags set",
+            |_, p| {
+                if let Params::Cursors(c) = p {
+                    c.flags = 0x8000_0000;
+                }
+            },
+            INV,
+            "flags = 0x80000000",
+        ),
+        (
+            Decode,
+            "reserved set",
+            |_, p| {
+                if let Params::Decode(d, _) = p {
+                    d.reserved = -1;
+                }
+            },
+            INV,
+            "reserved = -1",
+        ),
+        (
+            Recurrent,
+            "q stride x tokens overflows",
+            |_, p| {
+                if let Params::Recurrent(r) = p {
+                    r.q_stride = i64::MAX / 2;
+                }
+            },
+            INV,
+            "q: 4 rows of stride",
+        ),
+        (
+            Decode,
+            "o stride x rows overflows",
+            |_, p| {
+                if let Params::Decode(d, _) = p {
+                    d.o_stride = i64::MAX;
+                }
+            },
+            INV,
+            "o: 2 rows of stride",
+        ),
+        (
+            Verify,
+            "v stride x tokens wraps",
+            |_, p| {
+                if let Params::Verify(v) = p {
+                    v.v_stride = 1 << 62;
+                }
+            },
+            INV,
+            "v: 4 rows of stride 4611686018427387904",
+        ),
+        (
+            Cursors,
+            "batch huge",
+            |_, p| {
+                if let Params::Cursors(c) = p {
+                    c.batch = 1 << 20;
+                }
+            },
+            INV,
+            "batch = 1048576",
+        ),
+    ]
+}
+
+#[test]
+fn every_catalogued_bad_input_is_refused_with_its_field_and_nothing_written() {
+    let world = World::new(7);
+    // The fixture itself is valid for every entry (the campaign breaks one thing at a time).
+    for e in ENTRIES {
+        let (st, msg, w) = run(&world, |_, _| {}, e);
+        assert_eq!(st, REPLAYSSM_OK, "{e:?}: the valid fixture was refused: {msg}");
+        assert_eq!(w.word.body()[0], 0, "{e:?}: the valid fixture set device error bits");
+    }
+    let cases = catalogue();
+    let n = cases.len();
+    for (entry, what, edit, status, needle) in cases {
+        let (st, msg, _) = run(&world, edit, entry);
+        assert_eq!(st, status, "{entry:?} {what}: {msg}");
+        assert!(
+            msg.contains(needle),
+            "{entry:?} {what}: message {msg:?} lacks {needle:?}"
+        );
+    }
+    say(&format!("C ABI catalogue: {n} inputs, 0 crashes, 0 silent accepts"));
+}
+
+/// The same index garbage given to the kernel layer (no host checks, as CUDA under graph replay)
+/// is flagged in the device error word, never written outside a buffer, and leaves the rows it
+/// skipped untouched.
+fn device_cases() -> Vec<(Entry, &'static str, Edit, u32)> {
+    let dup = ffi::RSSM_DEVERR_DUPLICATE_SLOT;
+    let step = ffi::RSSM_DEVERR_TRACK_STEP;
+    vec![
+        (
+            Entry::Recurrent,
+            "duplicate slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
+            dup,
+        ),
+        (
+            Entry::Verify,
+            "duplicate slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
+            dup,
+        ),
+        (
+            Entry::Fold,
+            "duplicate slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
+            dup,
+        ),
+        (
+            Entry::Replay,
+            "duplicate slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
+            dup,
+        ),
+        (
+            Entry::Decode,
+            "duplicate slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
+            dup,
+        ),
+        (
+            Entry::Materialize,
+            "duplicate slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
+            dup,
+        ),
+        (
+            Entry::Cursors,
+            "duplicate slots",
+            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
+            dup,
+        ),
+        (
+            Entry::Fold,
+            "track slot = a live slot",
+            |w, _| w.track_slots.body_mut()[0] = 3,
+            dup,
+        ),
+        (
+            Entry::Fold,
+            "duplicate track slots",
+            |w, _| {
+                w.track_slots.body_mut().copy_from_slice(&[2, 2]);
+                w.track_steps.body_mut().copy_from_slice(&[0, 0]);
+            },
+            dup,
+        ),
+        (
+            Entry::Fold,
+            "track step past the commit",
+            |w, _| w.track_steps.body_mut()[0] = 2,
+            step,
+        ),
+        (
+            Entry::Fold,
+            "track on a row committing nothing",
+            |w, _| w.lens.body_mut()[0] = 0,
+            step,
+        ),
+        (
+            Entry::Fold,
+            "track on a null row",
+            |w, _| w.slots.body_mut()[0] = -1,
+            step,
+        ),
+    ]
+}
+
+#[test]
+fn the_kernels_flag_duplicate_slots_and_bad_track_steps_and_skip_those_rows() {
+    let world = World::new(11);
+    let dup = ffi::RSSM_DEVERR_DUPLICATE_SLOT;
+    let per_slot = HV * V * K;
+    for (entry, what, edit, bit) in device_cases() {
+        let mut w = world.clone();
+        let mut p = entry.params(&mut w);
+        edit(&mut w, &mut p);
+        let before = w.clone();
+        // SAFETY: as in `run`; only device-side index values are garbage.
+        let st = unsafe { p.launch_kernel() };
+        assert_eq!(st, ffi::rssm_status_RSSM_OK, "{entry:?} {what}");
+        w.guards_intact()
+            .unwrap_or_else(|b| panic!("{entry:?} {what}: wrote outside {b}"));
+        let word = w.word.body()[0];
+        assert_eq!(word, bit, "{entry:?} {what}: error word {word:#x}");
+        // Every row on a duplicated slot was skipped: that slot's checkpoints (every layer), ring
+        // records and cursor are as before.
+        let slots = w.slots.body().to_vec();
+        if bit == dup && slots[0] == slots[1] {
+            let s = slots[0] as usize;
+            for l in 0..NL {
+                let at = (l * NS + s) * per_slot;
+                let same = w.state.body()[at..at + per_slot]
+                    .iter()
+                    .zip(&before.state.body()[at..at + per_slot])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{entry:?} {what}: slot {s} of layer {l} written");
+            }
+            assert!(
+                w.ring_v.body() == before.ring_v.body(),
+                "{entry:?} {what}: ring written"
+            );
+            assert!(
+                w.ring_d.body() == before.ring_d.body(),
+                "{entry:?} {what}: decode ring written"
+            );
+            assert!(w.cursors == before.cursors, "{entry:?} {what}: cursor written");
+        }
+        if entry == Entry::Fold && bit != dup {
+            // No snapshot was stored in the track slot 0 (or 2): its checkpoints are unchanged.
+            for t in [0usize, 2] {
+                for l in 0..NL {
+                    let at = (l * NS + t) * per_slot;
+                    assert!(
+                        w.state.body()[at..at + per_slot] == before.state.body()[at..at + per_slot],
+                        "{entry:?} {what}: track slot {t} written"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// What a campaign input breaks and what the entry must do with it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Expect {
+    /// Outside the documented limits: must be refused.
+    Refuse,
+    /// Device-side index values: the host checks decide, and must agree with the kernels.
+    Indices,
+    /// Still within the buffers (a smaller size, an optional pointer dropped): either outcome,
+    /// but an accepted call must stay inside its buffers and set no device error bit.
+    Either,
+}
+
+fn pick<T: Copy>(rng: &mut ChaCha8Rng, xs: &[T]) -> T {
+    xs[rng.gen_range(0..xs.len())]
+}
+
+/// Integers a garbage field tends to hold.
+fn garbage_i32(rng: &mut ChaCha8Rng) -> i32 {
+    match rng.gen_range(0..4) {
+        0 => pick(rng, &[i32::MIN, -65536, -2, -1, 0, 1 << 16, 65537, 1 << 30, i32::MAX]),
+        1 => rng.gen_range(-3..12),
+        2 => rng.gen(),
+        _ => -(rng.gen_range(1..100)),
+    }
+}
+
+/// Breaks one scalar field of `p` (chosen by `rng`) to a value outside its documented limits,
+/// or shrinks a size (within the buffers); returns what the entry must do.
+fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
+    // Fields every entry has that are refused outright when out of range.
+    macro_rules! dims {
+        ($q:expr) => {{
+            let q = $q;
+            match rng.gen_range(0..10) {
+                0 => q.H = pick(rng, &[0, -1, i32::MIN, 3]),
+                1 => q.HV = pick(rng, &[0, -2, 65536, i32::MAX]),
+                2 => q.K = pick(rng, &[0, 16, 33, 48, 512, -32, i32::MAX]),
+                3 => q.V = pick(rng, &[0, -8, 65537, i32::MAX]),
+                4 => q.dtype = pick(rng, &[-1, 3, 7, i32::MAX]),
+                5 => q.variant = pick(rng, &[-1, 2, i32::MIN]),
+                6 => q.qk_l2norm = pick(rng, &[-1, 2, 255]),
+                7 => q.flags = rng.gen_range(1..=u32::MAX),
+                8 => q.struct_size = pick(rng, &[0, 4, 8, q.struct_size + 8, q.struct_size - 8, u32::MAX]),
+                _ => {
+                    // A smaller V stays inside every buffer.
+                    q.V = rng.gen_range(1..V as i32);
+                    return Expect::Either;
+                }
+            }
+            Expect::Refuse
+        }};
+    }
+    macro_rules! tokens {
+        ($q:expr, $rows:expr) => {{
+            let q = $q;
+            match rng.gen_range(0..8) {
+                0 => q.q = ptr::null(),
+                1 => q.v = ptr::null(),
+                2 => q.o = ptr::null_mut(),
+                3 => q.a = q.g.cast(),  // both gate forms
+                4 => q.g = ptr::null(), // half a gate
+                5 => q.scale = pick(rng, &[f32::NAN, f32::INFINITY, -f32::INFINITY]),
+                6 => {
+                    let s = pick(rng, &[-1i64, 0, 1, i64::MIN, i64::MAX, 1 << 62, i64::MAX / 3]);
+                    match rng.gen_range(0..4) {
+                        0 => q.q_stride = s,
+                        1 => q.k_stride = s,
+                        2 => q.v_stride = s,
+                        _ => q.o_stride = s,
+                    }
+                }
+                _ => q.error_word = ptr::null_mut(), // optional: no device word
+            }
+            if q.error_word.is_null() {
+                Expect::Either
+            } else {
+                Expect::Refuse
+            }
+        }};
+    }
+    match p {
+        Params::Recurrent(q) => match rng.gen_range(0..4) {
+            0 => dims!(q),
+            1 => tokens!(q, N),
+            2 => {
+                match rng.gen_range(0..6) {
+                    0 => q.batch = pick(rng, &[0, -1, 65536, i32::MAX]),
+                    1 => q.num_tokens = pick(rng, &[-1, i32::MIN]),
+                    2 => q.max_seqlen = pick(rng, &[0, -5]),
+                    3 => q.num_slots = pick(rng, &[0, -1, i32::MIN]),
+                    4 => q.write_state = pick(rng, &[2, -1, 77]),
+                    _ => q.reserved = garbage_i32(rng) | 1,
+                }
+                Expect::Refuse
+            }
+            _ => {
+                match rng.gen_range(0..3) {
+                    0 => q.snapshots = ptr::null_mut(),
+                    1 => q.write_state = 0,
+                    _ => q.num_slots = rng.gen_range(1..NS as i32), // may orphan a live slot
+                }
+                Expect::Either
+            }
+        },
+        Params::Verify(q) => match rng.gen_range(0..4) {
+            0 => dims!(q),
+            1 => tokens!(q, N),
+            2 => {
+                match rng.gen_range(0..8) {
+                    0 => q.batch = pick(rng, &[0, -1, 65536]),
+                    1 => q.max_seqlen = pick(rng, &[0, 17, -1, i32::MAX]),
+                    2 => q.layer = pick(rng, &[-1, NL as i32, i32::MAX]),
+                    3 => q.num_layers = pick(rng, &[0, -1]),
+                    4 => q.window = pick(rng, &[0, -4, 1]),
+                    5 => q.ring_k = ptr::null_mut(),
+                    6 => q.slots = ptr::null(),
+                    _ => q.reserved = 1,
+                }
+                Expect::Refuse
+            }
+            _ => {
+                match rng.gen_range(0..3) {
+                    0 => q.parent = ptr::null(), // a chain instead of a tree
+                    1 => {
+                        q.ring_v = ptr::null_mut();
+                        q.ring_k = ptr::null_mut();
+                        q.ring_g = ptr::null_mut();
+                        q.ring_beta = ptr::null_mut();
+                    }
+                    _ => q.layer = 0,
+                }
+                Expect::Either
+            }
+        },
+        Params::Fold(q) => match rng.gen_range(0..3) {
+            0 => dims!(q),
+            1 => {
+                match rng.gen_range(0..9) {
+                    0 => q.batch = pick(rng, &[0, -1, 65536]),
+                    1 => q.num_layers = pick(rng, &[0, -1, 1 << 15, i32::MAX]),
+                    2 => q.window = pick(rng, &[0, -1, i32::MIN]),
+                    3 => q.state = ptr::null_mut(),
+                    4 => q.ring_beta = ptr::null(),
+                    5 => q.accept_lens = ptr::null(),
+                    6 => q.track_steps = ptr::null(),
+                    7 => q.path_width = pick(rng, &[1, -1, 5]),
+                    _ => q.num_slots = pick(rng, &[0, -7]),
+                }
+                Expect::Refuse
+            }
+            _ => {
+                match rng.gen_range(0..3) {
+                    0 => {
+                        q.track_slots = ptr::null();
+                        q.track_steps = ptr::null();
+                    }
+                    1 => q.num_layers = 1,
+                    _ => q.error_word = ptr::null_mut(),
+                }
+                Expect::Either
+            }
+        },
+        Params::Replay(q) => match rng.gen_range(0..3) {
+            0 => dims!(q),
+            1 => {
+                match rng.gen_range(0..5) {
+                    0 => q.batch = pick(rng, &[0, -1, 1 << 16]),
+                    1 => q.layer = pick(rng, &[-1, NL as i32, i32::MIN]),
+                    2 => q.counts = ptr::null(),
+                    3 => q.window = pick(rng, &[0, -1]),
+                    _ => q.ring_v = ptr::null(),
+                }
+                Expect::Refuse
+            }
+            _ => {
+                q.layer = 0;
+                Expect::Either
+            }
+        },
+        Params::Decode(q, materialize) => match rng.gen_range(0..3) {
+            0 => dims!(q),
+            1 if !*materialize => tokens!(q, B),
+            _ => {
+                match rng.gen_range(0..7) {
+                    0 => q.batch = pick(rng, &[0, -1, 65536]),
+                    1 => q.cache_len = pick(rng, &[0, -1, 65537, i32::MAX]),
+                    2 => q.positions = ptr::null(),
+                    3 => q.ring_d = ptr::null_mut(),
+                    4 => {
+                        // Materialise replays every layer: it ignores `layer`.
+                        q.layer = pick(rng, &[-1, NL as i32]);
+                        if *materialize {
+                            return Expect::Either;
+                        }
+                    }
+                    5 => q.num_layers = pick(rng, &[0, -3]),
+                    _ => q.reserved = 2,
+                }
+                Expect::Refuse
+            }
+        },
+        Params::Cursors(q) => {
+            match rng.gen_range(0..7) {
+                0 => q.op = pick(rng, &[-1, 3, i32::MAX]),
+                1 => q.batch = pick(rng, &[0, -1, 65536]),
+                2 => q.cache_len = pick(rng, &[0, -1, 65537]),
+                3 => q.cursors = ptr::null_mut(),
+                4 => q.flags = 1,
+                5 => q.num_slots = pick(rng, &[0, -1]),
+                _ => {
+                    q.op = rng.gen_range(0..3);
+                    return Expect::Either;
+                }
+            }
+            Expect::Refuse
+        }
+    }
+}
+
+/// Writes garbage into one device-side index array the entry reads.
+fn mutate_indices(w: &mut World, p: &mut Params, rng: &mut ChaCha8Rng) {
+    let value = garbage_i32(rng);
+    let arrays: Vec<&mut Guarded<i32>> = match p {
+        Params::Recurrent(_) => vec![&mut w.slots, &mut w.cu],
+        Params::Verify(_) => vec![&mut w.slots, &mut w.cu, &mut w.parent],
+        Params::Fold(f) => {
+            if rng.gen_bool(0.3) {
+                // Path fold: garbage among the accepted paths.
+                f.accept_lens = ptr::null();
+                f.accept_paths = w.paths.ptr();
+                f.path_width = W as i32;
+                f.track_steps = w.track_steps.ptr();
+            }
+            vec![
+                &mut w.slots,
+                &mut w.lens,
+                &mut w.paths,
+                &mut w.track_slots,
+                &mut w.track_steps,
+            ]
+        }
+        Params::Replay(_) => vec![&mut w.slots, &mut w.lens],
+        Params::Decode(..) => vec![&mut w.slots, &mut w.positions],
+        Params::Cursors(c) => {
+            c.op = rng.gen_range(0..3);
+            vec![&mut w.slots, &mut w.positions, &mut w.cursors]
+        }
+    };
+    let n = arrays.len();
+    let a = arrays.into_iter().nth(rng.gen_range(0..n)).expect("an array");
+    let body = a.body_mut();
+    let i = rng.gen_range(0..body.len());
+    body[i] = value;
+}
+
+/// At least 100 000 random bad inputs against every C ABI entry (seeded: the same inputs on
+/// every run), each checked as the catalogue is; the index garbage also goes to the kernel layer,
+/// which must flag exactly when the host refuses.
+#[test]
+fn seeded_campaign_of_random_bad_inputs_against_every_c_abi_entry() {
+    let inputs: usize = std::env::var("REPLAYSSM_CAMPAIGN_INPUTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    let world = World::new(3);
+    let mut rng = ChaCha8Rng::seed_from_u64(0x19_1919);
+    let (mut refused, mut accepted, mut launched) = (0usize, 0usize, 0usize);
+    let mut silent = Vec::new();
+    for i in 0..inputs {
+        let entry = ENTRIES[i % ENTRIES.len()];
+        let mut w = world.clone();
+        let mut p = entry.params(&mut w);
+        // Index garbage in one input of five, one field edit otherwise (one at a time: a second
+        // edit could legitimately undo the first, e.g. dropping the whole ring after half of it).
+        let expect = if rng.gen_range(0..5) == 0 {
+            mutate_indices(&mut w, &mut p, &mut rng);
+            Expect::Indices
+        } else {
+            mutate_field(&mut p, &mut rng)
+        };
+        let before = w.clone();
+        // SAFETY: `p` points into `w`; the mutations only shrink sizes within its buffers or
+        // break fields the entry must refuse.
+        let st = unsafe { p.call() };
+        let msg = last_error();
+        if let Err(buf) = w.guards_intact() {
+            panic!("input {i} ({entry:?}, {expect:?}): wrote outside {buf}: {st:?} {msg}");
+        }
+        if st == REPLAYSSM_OK {
+            accepted += 1;
+            if expect == Expect::Refuse {
+                silent.push(format!("input {i} ({entry:?}): accepted an out-of-limits field"));
+            }
+            let word = if p_has_word(&p) { w.word.body()[0] } else { 0 };
+            if word != 0 {
+                silent.push(format!(
+                    "input {i} ({entry:?}): accepted by the host but the device flagged {word:#x}"
+                ));
+            }
+        } else {
+            refused += 1;
+            assert!(
+                w.same_bits(&before),
+                "input {i} ({entry:?}): a refused call changed a buffer: {msg}"
+            );
+            assert!(
+                msg.starts_with(p.name()) && msg.len() > p.name().len() + 2,
+                "input {i} ({entry:?}): message {msg:?}"
+            );
+            assert_ne!(st, REPLAYSSM_ERR_INTERNAL, "input {i} ({entry:?}): {msg}");
+            if expect == Expect::Indices && msg.contains('[') && p_has_word(&p) {
+                // The kernel layer, given the same garbage, must flag it (and stay in bounds).
+                let mut w2 = before.clone();
+                let mut p2 = entry.params(&mut w2);
+                copy_edits(&p, &mut p2, &w, &w2);
+                // SAFETY: as above.
+                let kst = unsafe { p2.launch_kernel() };
+                launched += 1;
+                if let Err(buf) = w2.guards_intact() {
+                    panic!("input {i} ({entry:?}): the kernel wrote outside {buf} on index garbage");
+                }
+                if kst == ffi::rssm_status_RSSM_OK && w2.word.body()[0] == 0 {
+                    silent.push(format!(
+                        "input {i} ({entry:?}): the host refused ({msg}) but the device flagged nothing"
+                    ));
+                }
+            }
+        }
+    }
+    say(&format!(
+        "C ABI campaign: {inputs} inputs ({refused} refused, {accepted} accepted, {launched} also run on the kernel layer), 0 crashes, {} silent accepts",
+        silent.len()
+    ));
+    assert!(
+        silent.is_empty(),
+        "{} silent accepts, first ones:\n{}",
+        silent.len(),
+        silent[..silent.len().min(10)].join("\n")
+    );
+    assert!(
+        refused > inputs / 2 && accepted > inputs / 20,
+        "the campaign lost its balance: {refused} refused, {accepted} accepted"
+    );
+}
+
+fn p_has_word(p: &Params) -> bool {
+    match p {
+        Params::Recurrent(q) => !q.error_word.is_null(),
+        Params::Verify(q) => !q.error_word.is_null(),
+        Params::Fold(q) => !q.error_word.is_null(),
+        Params::Replay(q) => !q.error_word.is_null(),
+        Params::Decode(q, _) => !q.error_word.is_null(),
+        Params::Cursors(q) => !q.error_word.is_null(),
+    }
+}
+
+macro_rules! world_buffers {
+    ($w:expr, $conv:ident) => {
+        [
+            $conv(&$w.q.data),
+            $conv(&$w.k.data),
+            $conv(&$w.v.data),
+            $conv(&$w.g.data),
+            $conv(&$w.beta.data),
+            $conv(&$w.o.data),
+            $conv(&$w.state.data),
+            $conv(&$w.snapshots.data),
+            $conv(&$w.ring_v.data),
+            $conv(&$w.ring_k.data),
+            $conv(&$w.ring_g.data),
+            $conv(&$w.ring_beta.data),
+            $conv(&$w.ring_d.data),
+            $conv(&$w.dring_k.data),
+            $conv(&$w.dring_g.data),
+            $conv(&$w.slots.data),
+            $conv(&$w.cu.data),
+            $conv(&$w.parent.data),
+            $conv(&$w.lens.data),
+            $conv(&$w.paths.data),
+            $conv(&$w.track_slots.data),
+            $conv(&$w.track_steps.data),
+            $conv(&$w.positions.data),
+            $conv(&$w.force.data),
+            $conv(&$w.cursors.data),
+            $conv(&$w.word.data),
+        ]
+    };
+}
+
+impl World {
+    /// Every buffer (guards included) as bytes, in a fixed order.
+    fn byte_buffers(&self) -> [&[u8]; 26] {
+        world_buffers!(self, bytes)
+    }
+}
+
+/// `p` was built over buffers `from` (and possibly edited); returns the same params with every
+/// pointer rebased onto `to` (buffers of the same lengths, in the same order: another world, or
+/// the device copies of this one).
+fn rebase(p: &Params, from: &[&[u8]; 26], to: &[*const u8; 26]) -> Params {
+    let rebase = |x: *const u8| -> *const u8 {
+        if x.is_null() {
+            return x;
+        }
+        for (a, &b) in from.iter().zip(to) {
+            if a.as_ptr_range().contains(&x) {
+                // Same offset into a buffer of the same length (wrapping: `b` may be a device
+                // address the host never dereferences).
+                return b.wrapping_add(x as usize - a.as_ptr() as usize);
+            }
+        }
+        panic!("a pointer outside the world")
+    };
+    macro_rules! re {
+        ($q:expr, $($f:ident),*) => {{ $( $q.$f = rebase($q.$f as *const u8) as _; )* }};
+    }
+    let mut out = *p;
+    match &mut out {
+        Params::Recurrent(q) => {
+            re!(q, q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, slots, state, snapshots, o, error_word)
+        }
+        Params::Verify(q) => re!(
+            q, q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, parent, slots, state, o, ring_v, ring_k, ring_g,
+            ring_beta, error_word
+        ),
+        Params::Fold(q) => re!(
+            q,
+            state,
+            ring_v,
+            ring_k,
+            ring_g,
+            ring_beta,
+            slots,
+            accept_lens,
+            track_slots,
+            track_steps,
+            accept_paths,
+            error_word
+        ),
+        Params::Replay(q) => re!(q, state, ring_v, ring_k, ring_g, ring_beta, slots, counts, error_word),
+        Params::Decode(q, _) => re!(
+            q,
+            q,
+            k,
+            v,
+            a,
+            b,
+            A_log,
+            dt_bias,
+            g,
+            beta,
+            slots,
+            positions,
+            force_flush,
+            state,
+            ring_d,
+            ring_k,
+            ring_g,
+            o,
+            error_word
+        ),
+        Params::Cursors(q) => re!(q, cursors, slots, positions, force_flush, error_word),
+    }
+    out
+}
+
+fn copy_edits(p: &Params, out: &mut Params, from: &World, to: &World) {
+    let targets = to.byte_buffers().map(|b| b.as_ptr());
+    *out = rebase(p, &from.byte_buffers(), &targets);
+}
+
+fn bytes<T>(v: &[T]) -> &[u8] {
+    // SAFETY: any initialised memory is readable as bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+/// `replayssm_check_error_word` (item 9): names the bits, resets the word, refuses NULL.
+#[test]
+fn check_error_word_names_the_bits_and_resets_the_word() {
+    let mut word = ffi::RSSM_DEVERR_DUPLICATE_SLOT | ffi::RSSM_DEVERR_TRACK_STEP;
+    // SAFETY: a host word for the emulated backend.
+    let st = unsafe { replayssm_check_error_word(EMU, &mut word, ptr::null_mut()) };
+    assert_eq!(st, REPLAYSSM_ERR_DEVICE_REPORTED);
+    let msg = last_error();
+    assert!(
+        msg.contains("DUPLICATE_SLOT") && msg.contains("TRACK_STEP") && msg.contains("0x60"),
+        "{msg}"
+    );
+    assert_eq!(word, 0, "the word is reset");
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { replayssm_check_error_word(EMU, &mut word, ptr::null_mut()) },
+        REPLAYSSM_OK
+    );
+    // SAFETY: NULL is refused before any read.
+    assert_eq!(
+        unsafe { replayssm_check_error_word(EMU, ptr::null_mut(), ptr::null_mut()) },
+        REPLAYSSM_ERR_INVALID_ARGUMENT
+    );
+    assert!(last_error().contains("word is NULL"));
+    let e = replayssm::Error::DeviceReported {
+        kernel: "fold",
+        bits: 0x20 | 0x400,
+    };
+    let s = e.to_string();
+    assert!(s.contains("DUPLICATE_SLOT") && s.contains("unknown bits 0x400"), "{s}");
+}
+
+/// The same device cases on a GPU through the C ABI's CUDA backend (no host checks of device
+/// memory): flagged, skipped, inside every buffer. scripts/device-check runs this under
+/// compute-sanitizer memcheck and racecheck (a duplicate slot that was not skipped is a race).
+#[test]
+fn on_the_gpu_duplicate_slots_and_bad_tracks_are_flagged_and_skipped() {
+    // (Without the CUDA backend compiled in, gpu_available says so and the test skips.)
+    if common::gpu_available("on_the_gpu_duplicate_slots_and_bad_tracks_are_flagged_and_skipped") {
+        #[cfg(replayssm_cuda)]
+        gpu_device_cases();
+    }
+}
+
+#[cfg(replayssm_cuda)]
+fn gpu_device_cases() {
+    const CUDA: i32 = replayssm_backend::REPLAYSSM_BACKEND_CUDA as i32;
+    let dup = ffi::RSSM_DEVERR_DUPLICATE_SLOT;
+    let per_slot = HV * V * K;
+    for (entry, what, edit, bit) in device_cases() {
+        let mut w = World::new(11);
+        let mut p = entry.params(&mut w);
+        edit(&mut w, &mut p);
+        let host = w.byte_buffers();
+        let mut dev = [ptr::null_mut::<std::ffi::c_void>(); 26];
+        for (d, b) in dev.iter_mut().zip(&host) {
+            // SAFETY: plain CUDA runtime calls on buffers of b.len() bytes.
+            unsafe {
+                assert_eq!(ffi::rssm_cuda_malloc(d, b.len() as u64), 0, "cudaMalloc");
+                assert_eq!(ffi::rssm_cuda_memcpy_htod(*d, b.as_ptr().cast(), b.len() as u64), 0);
+            }
+        }
+        let pd = rebase(&p, &host, &dev.map(|d| d as *const u8));
+        // SAFETY: every pointer rebased onto a device copy of the same length.
+        let st = unsafe { pd.call_on(CUDA) };
+        assert_eq!(st, REPLAYSSM_OK, "{entry:?} {what}: {}", last_error());
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { ffi::rssm_cuda_synchronize() },
+            0,
+            "{entry:?} {what}: kernel fault"
+        );
+        let mut back: Vec<Vec<u8>> = host.iter().map(|b| vec![0u8; b.len()]).collect();
+        for ((d, b), dst) in dev.iter().zip(&host).zip(&mut back) {
+            // SAFETY: as above.
+            unsafe {
+                assert_eq!(
+                    ffi::rssm_cuda_memcpy_dtoh(dst.as_mut_ptr().cast(), *d, b.len() as u64),
+                    0
+                );
+                ffi::rssm_cuda_free(*d);
+            }
+        }
+        let g = GUARD * 4; // every element is 4 bytes
+        for (i, (b, h)) in back.iter().zip(&host).enumerate() {
+            let n = b.len();
+            assert!(
+                b[..g] == h[..g] && b[n - g..] == h[n - g..],
+                "{entry:?} {what}: wrote outside buffer {i}"
+            );
+        }
+        let word = u32::from_ne_bytes(back[25][g..g + 4].try_into().expect("4 bytes"));
+        assert_eq!(word, bit, "{entry:?} {what}: error word {word:#x}");
+        let slots = w.slots.body();
+        if bit == dup && slots[0] == slots[1] {
+            let s = slots[0] as usize;
+            for l in 0..NL {
+                let at = g + (l * NS + s) * per_slot * 4;
+                assert!(
+                    back[6][at..at + per_slot * 4] == host[6][at..at + per_slot * 4],
+                    "{entry:?} {what}: slot {s} of layer {l} written"
+                );
+            }
+        }
+    }
+}
