@@ -3,9 +3,19 @@
 Tensors are NumPy arrays (host memory: the emulated backend runs the CUDA kernel source on the
 CPU) or PyTorch tensors (CUDA tensors: the CUDA backend, launched on
 `torch.cuda.current_stream()` of the tensors' device; CPU tensors: the emulated backend). Every
-call checks dtypes, shapes and strides here, then the library checks them again; a refusal raises
-a `ReplaySSMError` subclass carrying the status and the library's message. Nothing is
-synchronised and nothing is allocated except the outputs you leave as None.
+call checks dtypes, shapes, strides, devices, writeability (outputs and in-place buffers must be
+writeable; inputs only read may be read-only) and the range and type of every integer argument
+here, then the library checks them again; a refusal raises a `ReplaySSMError` subclass carrying
+the status and a message naming the argument, its value and the limit.
+
+Device-side indices (slots, cu_seqlens, accept lengths, counts, cursors, positions, tree
+parents, track slots) are checked by the kernels, which skip the rows they cannot trust and set
+`DevErr` bits in an error word. On the host (emulated) backend every call reads that word: it
+passes a call-local word, ORs any bit set into your `error_word` (if given) and raises
+`DeviceIndexError` naming the bits. On CUDA nothing is read back (that would synchronise and
+break graph capture): pass an `error_word` and call `check_error_word(error_word)` after the
+stream (or the CUDA graph replay) has run; it raises `DeviceIndexError` and resets the word.
+Nothing is synchronised and nothing is allocated except the outputs you leave as None.
 
 Layouts (NL layers, NS slots, H key heads, HV value heads, W window, L cache length):
   q, k [T, H, K]; v, o [T, HV, V] (act dtype; the token dim may be strided)
@@ -19,6 +29,10 @@ Layouts (NL layers, NS slots, H key heads, HV value heads, W window, L cache len
 """
 
 import ctypes
+import functools
+import math
+import numbers
+import operator
 
 from ._abi import ABI_VERSION, Backend, CursorOp, DevErr, DType, Status, Variant, load
 from . import _abi
@@ -26,8 +40,8 @@ from . import _abi
 __all__ = [
     "ABI_VERSION", "Backend", "CursorOp", "DevErr", "DType", "Status", "Variant",
     "ReplaySSMError", "InvalidArgument", "Unsupported", "CudaError", "EmulatorError", "StructSizeError",
-    "BackendUnavailable", "ConfigRefused", "InternalError",
-    "version", "backend_available", "validate_config",
+    "BackendUnavailable", "ConfigRefused", "InternalError", "DeviceIndexError",
+    "version", "backend_available", "validate_config", "check_error_word",
     "recurrent", "verify", "fold", "replay", "decode", "decode_materialize", "decode_cursors",
 ]
 
@@ -73,6 +87,20 @@ class InternalError(ReplaySSMError):
     pass
 
 
+class DeviceIndexError(ReplaySSMError, ValueError):
+    """The library accepted the call but the kernels flagged device-side values they could not
+    trust (and skipped those rows): `.bits` is the `DevErr` set, `.message` names each bit.
+    `.status` is INVALID_ARGUMENT: the values were bad, not the library."""
+
+    def __init__(self, where, bits):
+        bits = int(bits) & 0xFFFFFFFF
+        message = "%s: the kernels set device error bits %#x: %s" % (where, bits, _abi.describe_deverr(bits))
+        Exception.__init__(self, "DEVICE_INDEX: " + message)
+        self.status = Status.INVALID_ARGUMENT
+        self.message = message
+        self.bits = DevErr(bits)
+
+
 _ERRORS = {
     Status.INVALID_ARGUMENT: InvalidArgument, Status.UNSUPPORTED: Unsupported, Status.CUDA: CudaError,
     Status.EMULATOR: EmulatorError, Status.STRUCT_SIZE: StructSizeError,
@@ -98,6 +126,77 @@ def _bad(message):
     _raise(Status.INVALID_ARGUMENT, message)
 
 
+def _entry(fn):
+    """A public entry: a value that does not fit its C field becomes an InvalidArgument naming the
+    entry (the user-facing checks below catch user values first, with their real limits)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _abi.FieldRangeError as e:
+            _bad("%s: %s" % (fn.__name__, e))
+    return wrapper
+
+
+# --- scalar arguments -----------------------------------------------------------------------
+# ctypes stores ints into int32 fields modulo 2**32 and floats into ints by truncation, silently:
+# every user-passed scalar is checked here, by type and against its real limit, before that.
+
+def _is_bool(value):
+    # bool and numpy.bool_ (which still converts to an index with only a DeprecationWarning).
+    return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")
+
+
+def _int(where, name, value, lo, hi, why=""):
+    """`value` as an int in lo..=hi; refuses bools, floats and anything without __index__."""
+    if _is_bool(value):
+        _bad("%s: %s = %r is a bool, expected an integer in %d..=%d%s" % (where, name, value, lo, hi, why))
+    try:
+        v = operator.index(value)
+    except TypeError:
+        _bad("%s: %s = %r is not an integer (%s), expected an integer in %d..=%d%s"
+             % (where, name, value, type(value).__name__, lo, hi, why))
+    if not lo <= v <= hi:
+        _bad("%s: %s = %d is out of range, must be in %d..=%d%s" % (where, name, v, lo, hi, why))
+    return v
+
+
+def _flag(where, name, value):
+    """A boolean option as 0/1: True/False (or 0/1); refuses e.g. the string "false" (truthy)."""
+    if _is_bool(value):
+        return int(bool(value))
+    try:
+        v = operator.index(value)
+    except TypeError:
+        v = None
+    if v not in (0, 1):
+        _bad("%s: %s = %r is not a bool, expected True/False (or 0/1)" % (where, name, value))
+    return v
+
+
+def _enum(where, name, value, enum):
+    values = [int(m) for m in enum]
+    v = _int(where, name, value, min(values), max(values), " (%s)" % ", ".join(
+        "%d = %s" % (int(m), m.name) for m in enum))
+    return enum(v)
+
+
+def _scale(where, value):
+    """A finite real that float32 represents (not inf, not flushed to 0)."""
+    if _is_bool(value) or not isinstance(value, numbers.Real):
+        _bad("%s: scale = %r is not a real number (%s)" % (where, value, type(value).__name__))
+    v = float(value)
+    if not math.isfinite(v):
+        _bad("%s: scale = %r is not finite" % (where, value))
+    if abs(v) > _abi._F32_MAX or (v != 0 and _abi.f32(v).value == 0):
+        _bad("%s: scale = %r is outside float32's range: |scale| must be 0 or in 1.4e-45..=%.8g"
+             % (where, value, _abi._F32_MAX))
+    return v
+
+
+_I32_MAX = 2 ** 31 - 1
+
+
 def version():
     """(library version as major*10000+minor*100+patch, C ABI version)."""
     lib = _library()
@@ -106,6 +205,7 @@ def version():
 
 def backend_available(backend):
     """(True, "") when `backend` (a Backend) can run here, else (False, the reason)."""
+    backend = _enum("backend_available", "backend", backend, Backend)
     lib = _library()
     st = lib.replayssm_backend_available(int(backend))
     return st == Status.OK, lib.replayssm_last_error_message().decode()
@@ -117,7 +217,14 @@ def validate_config(args):
     configuration as text (warnings as "warning: " lines); raises ConfigRefused with the rule,
     the value and the fix, or InvalidArgument for an unknown flag or value."""
     lib = _library()
+    if isinstance(args, (str, bytes)):
+        # A lone string would be split into one-character flags.
+        _bad("validate_config: args = %r is a string, expected a list of flags" % (args,))
     encoded = [str(a).encode() for a in args]
+    for a, e in zip(args, encoded):
+        if b"\0" in e:
+            # C strings end at the first NUL: "EAGLE\0junk" would be read as "EAGLE".
+            _bad("validate_config: argument %r contains a NUL character" % (a,))
     argv = (ctypes.c_char_p * max(len(encoded), 1))(*encoded)
     out = ctypes.create_string_buffer(16384)
     st = lib.replayssm_validate_config(len(encoded), argv, out, len(out))
@@ -131,18 +238,27 @@ def validate_config(args):
 class _T:
     """One tensor as the ABI sees it: address, shape, element strides, dtype, device."""
 
-    __slots__ = ("name", "ptr", "shape", "strides", "dtype", "device", "obj")
+    __slots__ = ("name", "ptr", "shape", "strides", "dtype", "device", "obj", "writeable")
 
     def __init__(self, name, obj):
         self.name, self.obj = name, obj
         mod = type(obj).__module__
         if mod.startswith("numpy"):
             import numpy as np
+            if not isinstance(obj, np.ndarray):
+                _bad("%s: expected a numpy.ndarray, got a %s (%r)" % (name, type(obj).__name__, obj))
+            if isinstance(obj, np.ma.MaskedArray):
+                # The kernels would read the masked-out values as if they were data.
+                _bad("%s: a numpy masked array is not supported (its mask would be ignored): pass .filled(...)"
+                     % name)
             kinds = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.int32): "i32",
                      np.dtype(np.uint32): "u32"}
             if obj.dtype not in kinds:
                 _bad("%s: dtype %s is not supported (float32, float16, int32, uint32; bfloat16 needs torch)"
                      % (name, obj.dtype))
+            if not obj.flags.aligned:
+                # e.g. np.frombuffer(..., offset=1): the kernels load whole elements.
+                _bad("%s: address %#x is not aligned to its %d-byte elements" % (name, obj.ctypes.data, obj.itemsize))
             self.dtype = kinds[obj.dtype]
             self.ptr = obj.ctypes.data
             self.shape = tuple(obj.shape)
@@ -150,16 +266,36 @@ class _T:
                 _bad("%s: strides %s are not whole elements" % (name, obj.strides))
             self.strides = tuple(s // obj.itemsize for s in obj.strides)
             self.device = ("cpu", None)
+            self.writeable = bool(obj.flags.writeable)
         elif mod.startswith("torch"):
-            import torch
-            kinds = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int32: "i32"}
-            if obj.dtype not in kinds:
+            # No `import torch` here: the checks read only the tensor's own attributes.
+            dev = obj.device
+            kind = getattr(dev, "type", str(dev))
+            if kind not in ("cpu", "cuda"):
+                # A meta tensor has no memory (data_ptr 0); other devices' memory is not the
+                # host's nor CUDA's: the library would read it as such.
+                _bad("%s: a tensor on device %s: only cpu (emulated backend) and cuda tensors are supported"
+                     % (name, dev))
+            layout = getattr(obj, "layout", None)
+            if layout is not None and str(layout) != "torch.strided":
+                _bad("%s: layout %s is not supported (dense strided tensors only)" % (name, layout))
+            for flag, fix in (("is_neg", "resolve_neg"), ("is_conj", "resolve_conj")):
+                # The memory of a lazily negated (conjugated) view holds the un-negated values.
+                if getattr(obj, flag, None) is not None and getattr(obj, flag)():
+                    _bad("%s: %s() is True (a lazy view: its memory holds the values before the op); "
+                         "call .%s() first" % (name, flag, fix))
+            kinds = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16", "torch.int32": "i32"}
+            if str(obj.dtype) not in kinds:
                 _bad("%s: dtype %s is not supported (float32, float16, bfloat16, int32)" % (name, obj.dtype))
-            self.dtype = kinds[obj.dtype]
+            self.dtype = kinds[str(obj.dtype)]
             self.ptr = obj.data_ptr()
-            self.shape = tuple(obj.shape)
+            self.shape = tuple(int(s) for s in obj.shape)
+            if not self.ptr:
+                _bad("%s: data_ptr() is 0 (a tensor without storage, shape %s): the library needs a real address"
+                     % (name, list(self.shape)))
             self.strides = tuple(obj.stride())
-            self.device = ("cuda", obj.device.index) if obj.is_cuda else ("cpu", None)
+            self.device = ("cuda", dev.index) if kind == "cuda" else ("cpu", None)
+            self.writeable = True  # torch has no read-only flag
         else:
             _bad("%s: expected a numpy.ndarray or a torch.Tensor, got %s" % (name, type(obj).__name__))
 
@@ -180,8 +316,9 @@ class _Call:
         self.entry = entry
         self.tensors = []
 
-    def t(self, name, obj, shape, dtypes, token_strided=False, optional=False):
-        """A tensor of `shape` (None = any size) and one of `dtypes`; returns its address (0 for None)."""
+    def t(self, name, obj, shape, dtypes, token_strided=False, optional=False, written=False, empty_ok=False):
+        """A tensor of `shape` (None = any size) and one of `dtypes`; returns its address (0 for None).
+        `written`: the call writes it (it must be writeable); `empty_ok`: dim 0 may be 0 (zero tokens)."""
         if obj is None:
             if optional:
                 return None
@@ -192,6 +329,21 @@ class _Call:
                                                       ["*" if w is None else w for w in shape]))
         if t.dtype not in dtypes:
             _bad("%s: %s has dtype %s, expected %s" % (self.entry, name, t.dtype, " or ".join(dtypes)))
+        if written and not t.writeable:
+            # Writing through ctypes ignores the flag: a read-only memmap segfaults, an array over
+            # an immutable bytes object is silently mutated.
+            _bad("%s: %s is read-only (flags.writeable is False) and this call writes it: pass a writeable array"
+                 % (self.entry, name))
+        for dim, size in enumerate(t.shape):
+            if size == 0 and not (dim == 0 and empty_ok):
+                what = "0 tokens" if token_strided and dim == 0 else "size 0 in dim %d" % dim
+                _bad("%s: %s has %s (shape %s): %s" % (self.entry, name, what, list(t.shape),
+                                                      "this entry needs at least 1 token" if token_strided and dim == 0
+                                                      else "every size must be at least 1"))
+        if 0 in t.shape:
+            # Nothing is addressed (numpy gives zero-size arrays all-zero strides): no layout to check.
+            self.tensors.append(t)
+            return t
         if not t.contiguous_from(1 if token_strided else 0):
             _bad("%s: %s must be contiguous%s (strides %s)" % (self.entry, name,
                                                               " within a token" if token_strided else "", t.strides))
@@ -204,7 +356,10 @@ class _Call:
         self.tensors.append(t)
         return t
 
-    def launch(self, params):
+    def launch(self, params, error_word=None):
+        """Runs the entry. On the host backend the kernels' error word is always read: a call-local
+        word is passed, its bits ORed into `error_word` (the caller's _T, if any), and any bit set
+        raises DeviceIndexError. On CUDA the caller's word goes to the kernels as is."""
         devices = {t.device for t in self.tensors}
         if len(devices) != 1:
             _bad("%s: tensors on different devices: %s" % (self.entry, sorted(str(d) for d in devices)))
@@ -212,6 +367,8 @@ class _Call:
         lib = _library()
         fn = getattr(lib, self.entry)
         if kind == "cpu":
+            scratch = ctypes.c_uint32(0)
+            params.error_word = ctypes.addressof(scratch)
             st = fn(int(Backend.EMULATED), ctypes.byref(params), None)
         else:
             import torch
@@ -220,6 +377,29 @@ class _Call:
                 st = fn(int(Backend.CUDA), ctypes.byref(params), ctypes.c_void_p(stream))
         if st != Status.OK:
             _raise(st, lib.replayssm_last_error_message().decode())
+        if kind == "cpu" and scratch.value:
+            if error_word is not None:
+                word = ctypes.c_uint32.from_address(error_word.ptr)
+                word.value |= scratch.value
+            raise DeviceIndexError(self.entry, scratch.value)
+
+
+def check_error_word(word):
+    """Reads a device error word ([1] uint32 or int32: a NumPy array, a CPU or CUDA tensor), resets
+    it to 0 and raises DeviceIndexError naming its bits; returns None when it is 0. Use it with
+    CUDA tensors after the stream that ran the calls (or replayed the CUDA graph capturing them)
+    has synchronised: a CUDA word is read with `.item()` and zeroed on torch's current stream."""
+    c = _Call("check_error_word")
+    t = c.t("error_word", word, (1,), ("u32", "i32"), written=True)
+    if t.device[0] == "cpu":
+        cell = ctypes.c_uint32.from_address(t.ptr)
+        bits = cell.value
+        cell.value = 0
+    else:
+        bits = int(word.item()) & 0xFFFFFFFF
+        word.zero_()
+    if bits:
+        raise DeviceIndexError("check_error_word", bits)
 
 
 def _ptr(t):
@@ -239,18 +419,22 @@ def _empty_like(x, shape):
     return torch.full(shape, float("nan"), dtype=x.dtype, device=x.device)
 
 
-def _tokens(c, p, q, k, v, o, gate, rows, scale, qk_l2norm):
-    """Checks and fills the token fields R, V and D share; returns (T, H, HV, K, V, kda)."""
+def _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok):
+    """Checks and fills the token fields R, V and D share; allocates o when None. Returns
+    (o, T, H, HV, K, V, kda). `empty_ok`: the entry accepts zero tokens (the C ABI's num_tokens >= 0)."""
     ACT = ("f32", "f16", "bf16")
     unknown = set(gate) - {"a", "b", "A_log", "dt_bias", "g", "beta"}
     if unknown:
         raise TypeError("%s got unexpected keyword argument(s) %s" % (c.entry, ", ".join(sorted(unknown))))
-    tq = c.t("q", q, (rows, None, None), ACT, token_strided=True)
+    tok = dict(token_strided=True, empty_ok=empty_ok)
+    tq = c.t("q", q, (None, None, None), ACT, **tok)
     T, H, K = tq.shape
-    tk = c.t("k", k, (T, H, K), (tq.dtype,), token_strided=True)
-    tv = c.t("v", v, (T, None, None), (tq.dtype,), token_strided=True)
+    tk = c.t("k", k, (T, H, K), (tq.dtype,), **tok)
+    tv = c.t("v", v, (T, None, None), (tq.dtype,), **tok)
     _, HV, V = tv.shape
-    to = c.t("o", o, (T, HV, V), (tq.dtype,), token_strided=True)
+    if o is None:
+        o = _empty_like(q, (T, HV, V))
+    to = c.t("o", o, (T, HV, V), (tq.dtype,), written=True, **tok)
     a, b, A_log, dt_bias, g, beta = (gate.get(n) for n in ("a", "b", "A_log", "dt_bias", "g", "beta"))
     raw = any(x is not None for x in (a, b, A_log, dt_bias))
     pre = any(x is not None for x in (g, beta))
@@ -259,114 +443,132 @@ def _tokens(c, p, q, k, v, o, gate, rows, scale, qk_l2norm):
     if raw:
         ndim = len(getattr(a, "shape", ()))
         kda = ndim == 3
-        ta = c.t("a", a, (T, HV, K) if kda else (T, HV), (tq.dtype,), token_strided=True)
-        tb = c.t("b", b, (T, HV), (tq.dtype,), token_strided=True)
+        ta = c.t("a", a, (T, HV, K) if kda else (T, HV), (tq.dtype,), **tok)
+        tb = c.t("b", b, (T, HV), (tq.dtype,), **tok)
         tA = c.t("A_log", A_log, (HV,), ("f32",))
         td = c.t("dt_bias", dt_bias, (HV, K) if kda else (HV,), ("f32",))
         p.a, p.b, p.A_log, p.dt_bias = ta.ptr, tb.ptr, tA.ptr, td.ptr
         p.a_stride, p.b_stride = ta.strides[0] if T > 1 else HV * (K if kda else 1), tb.strides[0] if T > 1 else HV
     else:
         kda = len(getattr(g, "shape", ())) == 3
-        tg = c.t("g", g, (T, HV, K) if kda else (T, HV), ("f32",))
-        tbeta = c.t("beta", beta, (T, HV), ("f32",))
+        tg = c.t("g", g, (T, HV, K) if kda else (T, HV), ("f32",), empty_ok=empty_ok)
+        tbeta = c.t("beta", beta, (T, HV), ("f32",), empty_ok=empty_ok)
         p.g, p.beta = tg.ptr, tbeta.ptr
     p.q, p.k, p.v, p.o = tq.ptr, tk.ptr, tv.ptr, to.ptr
     stride = lambda t, row: t.strides[0] if T > 1 else row  # noqa: E731
     p.q_stride, p.k_stride = stride(tq, H * K), stride(tk, H * K)
     p.v_stride, p.o_stride = stride(tv, HV * V), stride(to, HV * V)
     p.H, p.HV, p.K, p.V = H, HV, K, V
-    p.scale = K ** -0.5 if scale is None else float(scale)
+    p.scale = K ** -0.5 if scale is None else _scale(c.entry, scale)
     p.dtype = _act(tq)
     p.variant = Variant.KDA if kda else Variant.GDN
-    p.qk_l2norm = int(bool(qk_l2norm))
-    return T, H, HV, K, V, kda
+    p.qk_l2norm = _flag(c.entry, "qk_l2norm", qk_l2norm)
+    return o, T, H, HV, K, V, kda
 
 
-def _max_seqlen(cu_seqlens):
+def _max_seqlen(c, cu_seqlens, max_seqlen, hi, why):
+    """The caller's max_seqlen, range-checked; None reads cu_seqlens (a device sync on CUDA)."""
+    if max_seqlen is not None:
+        return _int(c.entry, "max_seqlen", max_seqlen, 1, hi, why)
     import numpy as np
     host = cu_seqlens.cpu().numpy() if hasattr(cu_seqlens, "cpu") else np.asarray(cu_seqlens)
-    return max(int((host[1:] - host[:-1]).max(initial=1)), 1)
+    host = host.astype(np.int64)  # int32 differences of hostile values overflow
+    msl = max(int((host[1:] - host[:-1]).max(initial=1)), 1)
+    return _int(c.entry, "max_seqlen (read from cu_seqlens)", msl, 1, hi, why)
 
 
+def _error_word(c, error_word):
+    return c.t("error_word", error_word, (1,), ("u32", "i32"), optional=True, written=True)
+
+
+@_entry
 def recurrent(q, k, v, *, state, slots, cu_seqlens, o=None, write_state=True, snapshots=None, scale=None,
               qk_l2norm=True, max_seqlen=None, error_word=None, **gate):
     """Kernel R (the recurrent baseline) over ragged requests; returns o. `state` is
     [NS, HV, V, K] f32, updated in place when write_state. `max_seqlen` None reads cu_seqlens
-    (a device sync for CUDA tensors: pass it in hot paths)."""
+    (a device sync for CUDA tensors: pass it in hot paths). Zero tokens are allowed."""
     c = _Call("replayssm_recurrent")
     p = _abi.RecurrentParams(struct_size=ctypes.sizeof(_abi.RecurrentParams))
-    if o is None:
-        o = _empty_like(q, (q.shape[0], v.shape[1], v.shape[2]))
-    T, H, HV, K, V, _ = _tokens(c, p, q, k, v, o, gate, None, scale, qk_l2norm)
-    ts = c.t("state", state, (None, HV, V, K), ("f32",))
+    write_state = _flag(c.entry, "write_state", write_state)
+    o, T, H, HV, K, V, _ = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
+    ts = c.t("state", state, (None, HV, V, K), ("f32",), written=bool(write_state))
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tcu = c.t("cu_seqlens", cu_seqlens, (B + 1,), ("i32",))
-    msl = _max_seqlen(cu_seqlens) if max_seqlen is None else int(max_seqlen)
-    tsn = c.t("snapshots", snapshots, (B, msl, HV, V, K), ("f32",), optional=True)
-    tew = c.t("error_word", error_word, (1,), ("u32", "i32"), optional=True)
+    msl = _max_seqlen(c, cu_seqlens, max_seqlen, _I32_MAX, "")
+    tsn = c.t("snapshots", snapshots, (B, msl, HV, V, K), ("f32",), optional=True, written=True)
+    tew = _error_word(c, error_word)
     p.cu_seqlens, p.slots, p.state, p.snapshots, p.error_word = tcu.ptr, tsl.ptr, ts.ptr, _ptr(tsn), _ptr(tew)
     p.num_tokens, p.batch, p.max_seqlen, p.num_slots = T, B, msl, ts.shape[0]
-    p.write_state = int(bool(write_state))
-    c.launch(p)
+    p.write_state = write_state
+    c.launch(p, tew)
     return o
 
 
-def _spec_ring(c, ring, NL, NS, HV, V, K, act=None):
+def _spec_ring(c, ring, NL, NS, HV, V, K, act=None, written=False):
     """Checks a spec ring (ring_v, ring_k, ring_g, ring_beta); returns (pointers, H, W, kda, act)."""
     if ring is None or len(ring) != 4:
         _bad("%s: ring must be (ring_v, ring_k, ring_g, ring_beta)" % c.entry)
     rv, rk, rg, rb = ring
-    tv = c.t("ring_v", rv, (NL, NS, HV, None, V), (act,) if act else ("f32", "f16", "bf16"))
+    w = dict(written=written)
+    tv = c.t("ring_v", rv, (NL, NS, HV, None, V), (act,) if act else ("f32", "f16", "bf16"), **w)
     W = tv.shape[3]
-    tk = c.t("ring_k", rk, (NL, NS, None, W, K), (tv.dtype,))
+    tk = c.t("ring_k", rk, (NL, NS, None, W, K), (tv.dtype,), **w)
     kda = len(getattr(rg, "shape", ())) == 5
-    tg = c.t("ring_g", rg, (NL, NS, HV, W, K) if kda else (NL, NS, HV, W), ("f32",))
-    tb = c.t("ring_beta", rb, (NL, NS, HV, W), ("f32",))
+    tg = c.t("ring_g", rg, (NL, NS, HV, W, K) if kda else (NL, NS, HV, W), ("f32",), **w)
+    tb = c.t("ring_beta", rb, (NL, NS, HV, W), ("f32",), **w)
     return (tv.ptr, tk.ptr, tg.ptr, tb.ptr), tk.shape[2], W, kda, tv
 
 
+def _layer(c, layer, NL):
+    return _int(c.entry, "layer", layer, 0, NL - 1, " (state has %d layer%s)" % (NL, "" if NL == 1 else "s"))
+
+
+@_entry
 def verify(q, k, v, *, state, slots, cu_seqlens, layer, ring=None, parent=None, o=None, scale=None,
            qk_l2norm=True, max_seqlen=None, error_word=None, **gate):
     """Kernel V (VT with `parent`): all draft outputs of layer `layer` from the checkpoint
     (state [NL, NS, HV, V, K], read only) and, with `ring`, the raw inputs written to it."""
     c = _Call("replayssm_verify")
     p = _abi.VerifyParams(struct_size=ctypes.sizeof(_abi.VerifyParams))
-    if o is None:
-        o = _empty_like(q, (q.shape[0], v.shape[1], v.shape[2]))
-    T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, None, scale, qk_l2norm)
+    o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
     ts = c.t("state", state, (None, None, HV, V, K), ("f32",))
     NL, NS = ts.shape[:2]
+    layer = _layer(c, layer, NL)
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tcu = c.t("cu_seqlens", cu_seqlens, (B + 1,), ("i32",))
-    tpa = c.t("parent", parent, (T,), ("i32",), optional=True)
-    tew = c.t("error_word", error_word, (1,), ("u32", "i32"), optional=True)
+    tpa = c.t("parent", parent, (T,), ("i32",), optional=True, empty_ok=True)
+    tew = _error_word(c, error_word)
     p.window = _abi.MAX_VERIFY_WINDOW
     if ring is not None:
         act = {DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16"}[DType(p.dtype)]
-        (p.ring_v, p.ring_k, p.ring_g, p.ring_beta), rh, p.window, rkda, _ = _spec_ring(c, ring, NL, NS, HV, V, K, act)
+        (p.ring_v, p.ring_k, p.ring_g, p.ring_beta), rh, p.window, rkda, _ = _spec_ring(
+            c, ring, NL, NS, HV, V, K, act, written=True)
         if rh != H or rkda != kda:
             _bad("replayssm_verify: the ring's H or gate shape does not match the inputs")
     p.cu_seqlens, p.parent, p.slots, p.state, p.error_word = tcu.ptr, _ptr(tpa), tsl.ptr, ts.ptr, _ptr(tew)
-    p.num_tokens, p.batch, p.num_slots, p.num_layers, p.layer = T, B, NS, NL, int(layer)
-    p.max_seqlen = _max_seqlen(cu_seqlens) if max_seqlen is None else int(max_seqlen)
-    c.launch(p)
+    p.num_tokens, p.batch, p.num_slots, p.num_layers, p.layer = T, B, NS, NL, layer
+    p.max_seqlen = _max_seqlen(c, cu_seqlens, max_seqlen, _abi.MAX_VERIFY_WINDOW,
+                               " (draft tokens per request, MAX_VERIFY_WINDOW)")
+    c.launch(p, tew)
     return o
 
 
 def _ring_problem(c, p, state, ring, qk_l2norm):
-    ts = c.t("state", state, (None, None, None, None, None), ("f32",))
+    ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True)
     NL, NS, HV, V, K = ts.shape
     ptrs, H, W, kda, tv = _spec_ring(c, ring, NL, NS, HV, V, K)
     p.state = ts.ptr
     p.ring_v, p.ring_k, p.ring_g, p.ring_beta = ptrs
     p.num_slots, p.num_layers, p.window = NS, NL, W
     p.H, p.HV, p.K, p.V = H, HV, K, V
-    p.dtype, p.variant, p.qk_l2norm = _act(tv), Variant.KDA if kda else Variant.GDN, int(bool(qk_l2norm))
-    return W
+    p.dtype, p.variant = _act(tv), Variant.KDA if kda else Variant.GDN
+    p.qk_l2norm = _flag(c.entry, "qk_l2norm", qk_l2norm)
+    return NL
 
 
+@_entry
 def fold(*, state, ring, slots, accept_lens=None, accept_paths=None, track_slots=None, track_steps=None,
          qk_l2norm=True, error_word=None):
     """Kernel F (FT with `accept_paths`): commits each live row's accepted ring records into the
@@ -380,64 +582,69 @@ def fold(*, state, ring, slots, accept_lens=None, accept_paths=None, track_slots
     tp = c.t("accept_paths", accept_paths, (B, None), ("i32",), optional=True)
     tts = c.t("track_slots", track_slots, (B,), ("i32",), optional=True)
     ttp = c.t("track_steps", track_steps, (B,), ("i32",), optional=True)
-    tew = c.t("error_word", error_word, (1,), ("u32", "i32"), optional=True)
+    tew = _error_word(c, error_word)
     p.slots, p.accept_lens, p.accept_paths = tsl.ptr, _ptr(tl), _ptr(tp)
     p.track_slots, p.track_steps, p.error_word = _ptr(tts), _ptr(ttp), _ptr(tew)
     p.batch, p.path_width = B, (tp.shape[1] if tp is not None else 0)
-    c.launch(p)
+    c.launch(p, tew)
 
 
+@_entry
 def replay(*, state, ring, slots, counts, layer, qk_l2norm=True, error_word=None):
     """Kernel P: replays counts[b] ring records of layer `layer` into each live slot's checkpoint."""
     c = _Call("replayssm_replay")
     p = _abi.ReplayParams(struct_size=ctypes.sizeof(_abi.ReplayParams))
-    _ring_problem(c, p, state, ring, qk_l2norm)
+    NL = _ring_problem(c, p, state, ring, qk_l2norm)
+    layer = _layer(c, layer, NL)
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tc = c.t("counts", counts, (B,), ("i32",))
-    tew = c.t("error_word", error_word, (1,), ("u32", "i32"), optional=True)
-    p.slots, p.counts, p.error_word, p.batch, p.layer = tsl.ptr, tc.ptr, _ptr(tew), B, int(layer)
-    c.launch(p)
+    tew = _error_word(c, error_word)
+    p.slots, p.counts, p.error_word, p.batch, p.layer = tsl.ptr, tc.ptr, _ptr(tew), B, layer
+    c.launch(p, tew)
 
 
-def _decode_ring(c, p, state, decode_ring, kda=None):
-    ts = c.t("state", state, (None, None, None, None, None), ("f32",))
+def _decode_ring(c, p, state, decode_ring, kda=None, ring_written=False):
+    ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True)
     NL, NS, HV, V, K = ts.shape
     if decode_ring is None or len(decode_ring) != 3:
         _bad("%s: decode_ring must be (ring_d, ring_k, ring_g)" % c.entry)
     rd, rk, rg = decode_ring
-    td = c.t("ring_d", rd, (NL, NS, HV, None, V), ("f32",))
+    w = dict(written=ring_written)
+    td = c.t("ring_d", rd, (NL, NS, HV, None, V), ("f32",), **w)
     L = td.shape[3]
-    tk = c.t("ring_k", rk, (NL, NS, None, L, K), ("f32",))
+    tk = c.t("ring_k", rk, (NL, NS, None, L, K), ("f32",), **w)
     gk = len(getattr(rg, "shape", ())) == 5
-    tg = c.t("ring_g", rg, (NL, NS, HV, L, K) if gk else (NL, NS, HV, L), ("f32",))
+    tg = c.t("ring_g", rg, (NL, NS, HV, L, K) if gk else (NL, NS, HV, L), ("f32",), **w)
     if kda is not None and gk != kda:
         _bad("%s: ring_g's shape does not match the gate's variant" % c.entry)
     p.state, p.ring_d, p.ring_k, p.ring_g = ts.ptr, td.ptr, tk.ptr, tg.ptr
-    p.num_slots, p.num_layers, p.cache_len = NS, NL, L
+    p.num_slots, p.num_layers = NS, NL
+    p.cache_len = _int(c.entry, "cache_len (ring_d's dim 3)", L, 1, _abi.MAX_CACHE_LEN)
     return NL, NS, HV, V, K, tk.shape[2], gk
 
 
+@_entry
 def decode(q, k, v, *, state, decode_ring, slots, positions, layer, force_flush=None, o=None, scale=None,
            qk_l2norm=True, error_word=None, **gate):
     """Kernel D for layer `layer`, one token per row (row b = token b); `positions` is this step's
     cursor snapshot (decode_cursors SNAPSHOT). Returns o."""
     c = _Call("replayssm_decode")
     p = _abi.DecodeParams(struct_size=ctypes.sizeof(_abi.DecodeParams))
-    if o is None:
-        o = _empty_like(q, (q.shape[0], v.shape[1], v.shape[2]))
-    T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, None, scale, qk_l2norm)
-    _decode_ring(c, p, state, decode_ring, kda)
+    o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=False)
+    NL = _decode_ring(c, p, state, decode_ring, kda, ring_written=True)[0]
+    layer = _layer(c, layer, NL)
     tsl = c.t("slots", slots, (T,), ("i32",))
     tpo = c.t("positions", positions, (T,), ("i32",))
     tff = c.t("force_flush", force_flush, (T,), ("i32",), optional=True)
-    tew = c.t("error_word", error_word, (1,), ("u32", "i32"), optional=True)
+    tew = _error_word(c, error_word)
     p.slots, p.positions, p.force_flush, p.error_word = tsl.ptr, tpo.ptr, _ptr(tff), _ptr(tew)
-    p.batch, p.layer = T, int(layer)
-    c.launch(p)
+    p.batch, p.layer = T, layer
+    c.launch(p, tew)
     return o
 
 
+@_entry
 def decode_materialize(*, state, decode_ring, slots, positions, qk_l2norm=True, error_word=None):
     """Replays positions[b] pending records of every layer into slot slots[b]'s checkpoint."""
     c = _Call("replayssm_decode_materialize")
@@ -446,24 +653,30 @@ def decode_materialize(*, state, decode_ring, slots, positions, qk_l2norm=True, 
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tpo = c.t("positions", positions, (B,), ("i32",))
-    tew = c.t("error_word", error_word, (1,), ("u32", "i32"), optional=True)
+    tew = _error_word(c, error_word)
     p.slots, p.positions, p.error_word, p.batch = tsl.ptr, tpo.ptr, _ptr(tew), B
     p.H, p.HV, p.K, p.V = H, HV, K, V
-    p.dtype, p.variant, p.qk_l2norm = DType.F32, Variant.KDA if kda else Variant.GDN, int(bool(qk_l2norm))
-    c.launch(p)
+    p.dtype, p.variant = DType.F32, Variant.KDA if kda else Variant.GDN
+    p.qk_l2norm = _flag(c.entry, "qk_l2norm", qk_l2norm)
+    c.launch(p, tew)
 
 
+@_entry
 def decode_cursors(op, *, cursors, slots, cache_len, positions=None, force_flush=None, error_word=None):
     """The buffered-decode cursor protocol on device-resident cursors ([NS] int32): SNAPSHOT
     (positions <- cursors[slots]), ADVANCE (after the step's last layer), RESET."""
     c = _Call("replayssm_decode_cursors")
     p = _abi.CursorParams(struct_size=ctypes.sizeof(_abi.CursorParams))
-    tc = c.t("cursors", cursors, (None,), ("i32",))
+    op = _enum(c.entry, "op", op, CursorOp)
+    cache_len = _int(c.entry, "cache_len", cache_len, 1, _abi.MAX_CACHE_LEN, " (MAX_CACHE_LEN)")
+    snapshot = op == CursorOp.SNAPSHOT
+    # SNAPSHOT reads the cursors and writes positions; ADVANCE and RESET write the cursors.
+    tc = c.t("cursors", cursors, (None,), ("i32",), written=not snapshot)
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
-    tpo = c.t("positions", positions, (B,), ("i32",), optional=CursorOp(op) == CursorOp.RESET)
+    tpo = c.t("positions", positions, (B,), ("i32",), optional=op == CursorOp.RESET, written=snapshot)
     tff = c.t("force_flush", force_flush, (B,), ("i32",), optional=True)
-    tew = c.t("error_word", error_word, (1,), ("u32", "i32"), optional=True)
+    tew = _error_word(c, error_word)
     p.cursors, p.slots, p.positions, p.force_flush, p.error_word = tc.ptr, tsl.ptr, _ptr(tpo), _ptr(tff), _ptr(tew)
-    p.batch, p.num_slots, p.cache_len, p.op = B, tc.shape[0], int(cache_len), int(CursorOp(op))
-    c.launch(p)
+    p.batch, p.num_slots, p.cache_len, p.op = B, tc.shape[0], cache_len, int(op)
+    c.launch(p, tew)

@@ -14,6 +14,8 @@ i32, i64, u32, f32 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint32, ctypes.c_f
 
 ABI_VERSION = 1
 MAX_VERIFY_WINDOW = 16
+# Most records of a decode ring (src/decode.rs MAX_CACHE_LEN; not in the header): cache_len's limit.
+MAX_CACHE_LEN = 1 << 16
 
 
 class Status(enum.IntEnum):
@@ -56,6 +58,66 @@ class DevErr(enum.IntFlag):
     BAD_LENGTH = 0x4
     TRACK_SLOT = 0x8
     BAD_TREE = 0x10
+    DUPLICATE_SLOT = 0x20
+    TRACK_STEP = 0x40
+
+
+# What each device error bit means (the header's REPLAYSSM_DEVERR_* comments), for messages.
+DEVERR_MEANING = {
+    DevErr.SLOT_OUT_OF_RANGE: "a slot outside -1..num_slots-1; the row was skipped",
+    DevErr.BAD_SEQLENS: "cu_seqlens not increasing or beyond num_tokens / max_seqlen",
+    DevErr.BAD_LENGTH: "an accept length, replay count, cursor or position out of range",
+    DevErr.TRACK_SLOT: "a track slot out of range; the track was skipped",
+    DevErr.BAD_TREE: "a bad tree parent or accepted path; the request was skipped",
+    DevErr.DUPLICATE_SLOT: "live slots or track slots repeated in one launch; those rows were skipped",
+    DevErr.TRACK_STEP: "track step outside the committed steps of a tracked row; the track was skipped",
+}
+
+
+def describe_deverr(bits):
+    """The set bits of a device error word, by name and meaning (unknown bits in hex)."""
+    parts, rest = [], int(bits) & 0xFFFFFFFF
+    for flag, meaning in DEVERR_MEANING.items():
+        if rest & flag:
+            parts.append("%s (%s)" % (flag.name, meaning))
+            rest &= ~int(flag)
+    if rest:
+        parts.append("unknown bits %#x (a newer library than this binding?)" % rest)
+    return "; ".join(parts)
+
+
+class FieldRangeError(ValueError):
+    """A value that does not fit its C field; ctypes would silently truncate it (2**32 + 1 -> 1)."""
+
+
+_INT_RANGE = {i32: (-2 ** 31, 2 ** 31 - 1), u32: (0, 2 ** 32 - 1), i64: (-2 ** 63, 2 ** 63 - 1)}
+_F32_MAX = 3.4028234663852886e38
+_KINDS = {}  # struct class -> {field: ctypes type}
+
+
+class _Params(ctypes.Structure):
+    """Base of the params structs: every integer or float stored into a field is range-checked
+    (ctypes truncates ints modulo 2**32 and turns 1e39 into inf without a word). The binding
+    checks user values with their real limits first; this is the net behind those checks."""
+
+    def __setattr__(self, name, value):
+        kinds = _KINDS.get(type(self))
+        if kinds is None:
+            kinds = _KINDS[type(self)] = dict(type(self)._fields_)
+        kind = kinds.get(name)
+        if kind in _INT_RANGE:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise FieldRangeError("%s = %r is not an int (%s)" % (name, value, type(value).__name__))
+            lo, hi = _INT_RANGE[kind]
+            if not lo <= value <= hi:
+                raise FieldRangeError("%s = %d does not fit its C field (%s: %d..=%d)"
+                                      % (name, value, kind.__name__, lo, hi))
+        elif kind is f32:
+            v = float(value)
+            if not (abs(v) <= _F32_MAX) or (v != 0 and f32(v).value == 0):
+                raise FieldRangeError("%s = %r is not a finite float32 (|x| <= %g, not underflowing to 0)"
+                                      % (name, value, _F32_MAX))
+        super().__setattr__(name, value)
 
 
 _HEADER = [("struct_size", u32), ("flags", u32)]
@@ -72,13 +134,13 @@ def _ints(*names):
     return [(n, i32) for n in names]
 
 
-class RecurrentParams(ctypes.Structure):
+class RecurrentParams(_Params):
     _fields_ = (_HEADER + _TOKENS + _ptrs("cu_seqlens", "slots", "state", "snapshots", "o", "error_word")
                 + _STRIDES + _ints("num_tokens", "batch", "max_seqlen", "num_slots") + _DIMS
                 + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "write_state", "reserved"))
 
 
-class VerifyParams(ctypes.Structure):
+class VerifyParams(_Params):
     _fields_ = (_HEADER + _TOKENS
                 + _ptrs("cu_seqlens", "parent", "slots", "state", "o", "ring_v", "ring_k", "ring_g",
                         "ring_beta", "error_word")
@@ -87,7 +149,7 @@ class VerifyParams(ctypes.Structure):
                 + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "reserved"))
 
 
-class FoldParams(ctypes.Structure):
+class FoldParams(_Params):
     _fields_ = (_HEADER
                 + _ptrs("state", "ring_v", "ring_k", "ring_g", "ring_beta", "slots", "accept_lens", "track_slots",
                         "track_steps", "accept_paths", "error_word")
@@ -95,20 +157,20 @@ class FoldParams(ctypes.Structure):
                 + _ints("dtype", "variant", "qk_l2norm", "path_width"))
 
 
-class ReplayParams(ctypes.Structure):
+class ReplayParams(_Params):
     _fields_ = (_HEADER + _ptrs("state", "ring_v", "ring_k", "ring_g", "ring_beta", "slots", "counts", "error_word")
                 + _ints("batch", "num_slots", "num_layers", "layer", "window") + _DIMS
                 + _ints("dtype", "variant", "qk_l2norm"))
 
 
-class DecodeParams(ctypes.Structure):
+class DecodeParams(_Params):
     _fields_ = (_HEADER + _TOKENS
                 + _ptrs("slots", "positions", "force_flush", "state", "ring_d", "ring_k", "ring_g", "o", "error_word")
                 + _STRIDES + _ints("batch", "num_slots", "num_layers", "layer", "cache_len") + _DIMS
                 + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "reserved"))
 
 
-class CursorParams(ctypes.Structure):
+class CursorParams(_Params):
     _fields_ = (_HEADER + _ptrs("cursors", "slots", "positions", "force_flush", "error_word")
                 + _ints("batch", "num_slots", "cache_len", "op"))
 
