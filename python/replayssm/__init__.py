@@ -90,13 +90,14 @@ class InternalError(ReplaySSMError):
 class DeviceIndexError(ReplaySSMError, ValueError):
     """The library accepted the call but the kernels flagged device-side values they could not
     trust (and skipped those rows): `.bits` is the `DevErr` set, `.message` names each bit.
-    `.status` is INVALID_ARGUMENT: the values were bad, not the library."""
+    `.status` is DEVICE_REPORTED, the C ABI's status for the same finding
+    (`replayssm_check_error_word`)."""
 
     def __init__(self, where, bits):
         bits = int(bits) & 0xFFFFFFFF
         message = "%s: the kernels set device error bits %#x: %s" % (where, bits, _abi.describe_deverr(bits))
-        Exception.__init__(self, "DEVICE_INDEX: " + message)
-        self.status = Status.INVALID_ARGUMENT
+        Exception.__init__(self, "DEVICE_REPORTED: " + message)
+        self.status = Status.DEVICE_REPORTED
         self.message = message
         self.bits = DevErr(bits)
 

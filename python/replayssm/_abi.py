@@ -28,6 +28,7 @@ class Status(enum.IntEnum):
     BACKEND_UNAVAILABLE = 6
     CONFIG_REFUSED = 7
     INTERNAL = 8
+    DEVICE_REPORTED = 9  # the kernels flagged device-side values (replayssm_check_error_word)
 
 
 class Backend(enum.IntEnum):
