@@ -933,3 +933,40 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
     let bytes = safetensors::serialize(views, &Some(metadata)).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     std::fs::write(path, bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::WorkloadSpec;
+
+    #[test]
+    fn a_decode_ring_cut_to_the_tokens_runs_the_same_as_the_full_one() {
+        assert_eq!(decode_ring_len(65_536, 7), 8);
+        assert_eq!(decode_ring_len(4, 7), 4);
+        assert_eq!(decode_ring_len(1, 0), 1);
+        let spec = WorkloadSpec {
+            variant: Variant::Gdn,
+            dims: HeadDims {
+                h: 1,
+                hv: 2,
+                k: 32,
+                v: 8,
+            },
+            dtype: DType::F32,
+            seqlens: vec![5, 2, 7],
+            null_requests: vec![],
+            spare_slots: 0,
+            raw_gate: true,
+            qk_l2norm: true,
+        };
+        let data = RecurrentData::random(&spec, 3);
+        let run = |l| crate::decode::decode_sequence(Backend::Emulated, &data, l, None, |_, _, _| {}).unwrap();
+        // L = 64 is never reached by 7 tokens; neither is L = 8 (no periodic flush either way).
+        let (full, cut) = (run(64), run(decode_ring_len(64, 7)));
+        assert_eq!(full.o.to_f32(), cut.o.to_f32());
+        assert_eq!(full.state, cut.state);
+        assert_eq!((full.flushes, full.steps), (cut.flushes, cut.steps));
+        // The bytes bound the case reader checks: 3 slots x 8 records x (2*8 + 1*32 + 2) f32.
+        assert_eq!(decode_ring_bytes(spec.dims, Variant::Gdn, 3, 8), 3 * 8 * 50 * 4);
+    }
+}
