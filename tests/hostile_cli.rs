@@ -82,6 +82,9 @@ const GIB: u64 = 1 << 30;
 /// Runs `cmd` with at most `mem` bytes of address space, killed after `timeout`.
 fn run_limited(mut cmd: Command, mem: u64, timeout: Duration) -> Run {
     limit_address_space(&mut cmd, mem);
+    // Address space, not memory, is limited: keep what threads reserve (the emulator starts one
+    // per core, glibc a malloc arena per thread) independent of the machine's core count.
+    cmd.env("REPLAYSSM_EMU_THREADS", "2").env("MALLOC_ARENA_MAX", "2");
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
