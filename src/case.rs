@@ -1,7 +1,9 @@
 //! Case files (`replayssm-case/1`, SPEC §7): one safetensors file per case with inputs and the
 //! expected outputs, run on any backend and judged by the §6 rule with the file's tolerances.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -14,11 +16,45 @@ use crate::pool::CheckpointPool;
 use crate::problem::{HeadDims, Variant};
 use crate::recurrent::{recurrent, RecurrentOutputs};
 use crate::ring::SpecRing;
+use crate::spec::MAX_VERIFY_WINDOW;
 use crate::spec::{fold, verify};
 use crate::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree};
 use crate::workload::{GateData, RecurrentData};
 
 pub const FORMAT: &str = "replayssm-case/1";
+
+/// Largest case file [`load`] reads: cases are test vectors of a few MB; the cap keeps a wrong
+/// path (a disk image, `/dev/zero`) from taking all memory.
+pub const MAX_CASE_FILE_BYTES: u64 = 1 << 30;
+
+/// Largest safetensors header (the JSON after the 8-byte length) [`load`] accepts: a case's is a
+/// few KB; refused before the rest of the file is read.
+pub const MAX_HEADER_BYTES: u64 = 16 << 20;
+
+/// Largest buffered-decode ring a `decode` case may need (records of every slot, f32): the ring
+/// is sized by requests x records, which a small file can make huge.
+pub const MAX_DECODE_RING_BYTES: u64 = 1 << 30;
+
+/// `s` with control and bidirectional-format characters escaped (`\u{202e}`, `\u{1b}`), so a
+/// string from a case file cannot drive the terminal or reorder what is printed around it.
+pub fn escape_untrusted(s: &str) -> Cow<'_, str> {
+    let risky = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+    };
+    if !s.chars().any(risky) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if risky(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// Operations a case can describe (SPEC §7); this build runs them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,7 +98,7 @@ pub enum CaseError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: not a safetensors file: {msg}")]
     NotSafetensors { path: PathBuf, msg: String },
-    #[error("{path}: format is {found:?}, this build reads \"{FORMAT}\"")]
+    #[error("{path}: format is {}, this build reads \"{FORMAT}\"", quoted(.found))]
     Format { path: PathBuf, found: Option<String> },
     #[error("{path}: metadata key '{key}': {msg}")]
     Metadata {
@@ -80,6 +116,143 @@ pub enum CaseError {
     },
     #[error("{path}: {source}")]
     Run { path: PathBuf, source: crate::Error },
+    #[error("{path}: not a regular file ({kind}); a case file must be a regular file")]
+    NotRegularFile { path: PathBuf, kind: &'static str },
+    #[error("{path}: {what} is {value}, over the limit of {limit}")]
+    Limit {
+        path: PathBuf,
+        what: &'static str,
+        value: u64,
+        limit: u64,
+    },
+    #[error("{path}: cannot allocate {bytes} bytes for {buffer}")]
+    Alloc {
+        path: PathBuf,
+        buffer: &'static str,
+        bytes: u64,
+    },
+}
+
+/// `found` in quotes with control and bidi characters escaped, or `missing`.
+fn quoted(found: &Option<String>) -> String {
+    found
+        .as_deref()
+        .map_or("missing".into(), |f| format!("\"{}\"", escape_untrusted(f)))
+}
+
+/// An empty vector with room for `len` elements, or [`CaseError::Alloc`] naming `buffer`: every
+/// buffer sized from a file is reserved this way, so a failed allocation is an error, not an
+/// abort.
+fn try_vec<T>(path: &Path, buffer: &'static str, len: usize) -> Result<Vec<T>, CaseError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| CaseError::Alloc {
+        path: path.to_path_buf(),
+        buffer,
+        bytes: (len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+    })?;
+    Ok(v)
+}
+
+/// `bytes` decoded as little-endian `N`-byte elements into a fallibly reserved vector.
+fn decode_le<T, const N: usize>(
+    path: &Path,
+    buffer: &'static str,
+    bytes: &[u8],
+    from: impl Fn([u8; N]) -> T,
+) -> Result<Vec<T>, CaseError> {
+    let mut v = try_vec(path, buffer, bytes.len() / N)?;
+    v.extend(bytes.chunks_exact(N).map(|c| {
+        let mut a = [0u8; N];
+        a.copy_from_slice(c);
+        from(a)
+    }));
+    Ok(v)
+}
+
+/// What a path that is not a regular file is, for the message.
+fn file_kind(ft: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_fifo() {
+            return "a FIFO";
+        } else if ft.is_char_device() {
+            return "a character device";
+        } else if ft.is_block_device() {
+            return "a block device";
+        } else if ft.is_socket() {
+            return "a socket";
+        }
+    }
+    if ft.is_dir() {
+        "a directory"
+    } else {
+        "not a plain file"
+    }
+}
+
+/// The bytes of a case file, read with bounds: a regular file (not a FIFO, device or directory,
+/// which could block or never end) of at most [`MAX_CASE_FILE_BYTES`], whose 8-byte header length
+/// is at most [`MAX_HEADER_BYTES`] and within the file, checked before the rest is read.
+pub fn read_case_file(path: &Path) -> Result<Vec<u8>, CaseError> {
+    let io = |source| CaseError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    // stat before open: opening a FIFO for reading blocks until a writer appears.
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(CaseError::NotRegularFile {
+            path: path.to_path_buf(),
+            kind: file_kind(meta.file_type()),
+        });
+    }
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    // Again on the open file, which is what is read (the path may have changed since).
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(CaseError::NotRegularFile {
+            path: path.to_path_buf(),
+            kind: file_kind(meta.file_type()),
+        });
+    }
+    let len = meta.len();
+    if len > MAX_CASE_FILE_BYTES {
+        return Err(CaseError::Limit {
+            path: path.to_path_buf(),
+            what: "file size (bytes)",
+            value: len,
+            limit: MAX_CASE_FILE_BYTES,
+        });
+    }
+    let not_st = |msg: String| CaseError::NotSafetensors {
+        path: path.to_path_buf(),
+        msg,
+    };
+    if len < 8 {
+        return Err(not_st(format!(
+            "the file is {len} bytes, shorter than the 8-byte header length"
+        )));
+    }
+    let mut head = [0u8; 8];
+    file.read_exact(&mut head).map_err(io)?;
+    let header_len = u64::from_le_bytes(head);
+    if header_len > MAX_HEADER_BYTES {
+        return Err(not_st(format!(
+            "the header length is {header_len} bytes, over the limit of {MAX_HEADER_BYTES}"
+        )));
+    }
+    if header_len > len - 8 {
+        return Err(not_st(format!(
+            "the header length is {header_len} bytes but only {} bytes follow it",
+            len - 8
+        )));
+    }
+    let mut bytes = try_vec::<u8>(path, "the case file", len as usize)?;
+    bytes.extend_from_slice(&head);
+    // At most the stat'ed length: a file that grows meanwhile cannot make this unbounded.
+    file.take(len - 8).read_to_end(&mut bytes).map_err(io)?;
+    Ok(bytes)
 }
 
 /// A loaded case: the inputs as a workload (the pool holds one slot per request, request r in
@@ -170,10 +343,7 @@ impl Reader<'_> {
         if t.dtype() != Dtype::F32 {
             return Err(self.bad(name, format!("dtype {:?}, expected F32", t.dtype())));
         }
-        Ok(t.data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        decode_le(self.path, name, t.data(), f32::from_le_bytes)
     }
 
     fn i32s(&self, name: &'static str, expected: &[Option<usize>]) -> Result<Vec<i32>, CaseError> {
@@ -182,10 +352,7 @@ impl Reader<'_> {
         if t.dtype() != Dtype::I32 {
             return Err(self.bad(name, format!("dtype {:?}, expected I32", t.dtype())));
         }
-        Ok(t.data()
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        decode_le(self.path, name, t.data(), i32::from_le_bytes)
     }
 
     fn act(
@@ -208,22 +375,11 @@ impl Reader<'_> {
             }
         }
         let data = t.data();
+        let p = self.path;
         let buf = match got {
-            DType::F32 => ActBuffer::F32(
-                data.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            ),
-            DType::F16 => ActBuffer::F16(
-                data.chunks_exact(2)
-                    .map(|c| half::f16::from_le_bytes([c[0], c[1]]))
-                    .collect(),
-            ),
-            DType::BF16 => ActBuffer::BF16(
-                data.chunks_exact(2)
-                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]))
-                    .collect(),
-            ),
+            DType::F32 => ActBuffer::F32(decode_le(p, name, data, f32::from_le_bytes)?),
+            DType::F16 => ActBuffer::F16(decode_le(p, name, data, half::f16::from_le_bytes)?),
+            DType::BF16 => ActBuffer::BF16(decode_le(p, name, data, half::bf16::from_le_bytes)?),
         };
         Ok((buf, shape))
     }
@@ -246,21 +402,26 @@ fn meta_parse<T: std::str::FromStr>(
     s.parse().map_err(|_| CaseError::Metadata {
         path: path.to_path_buf(),
         key,
-        msg: format!("cannot parse '{s}'"),
+        msg: format!("cannot parse '{}'", escape_untrusted(s)),
     })
 }
 
-/// Reads and checks a case file.
+/// Reads and checks a case file ([`read_case_file`], then [`parse`]).
 pub fn load(path: &Path) -> Result<Case, CaseError> {
-    let bytes = std::fs::read(path).map_err(|source| CaseError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_case_file(path)?;
+    parse(path, &bytes)
+}
+
+/// Checks the bytes of a case file (named `path` in errors) and builds the case: every tensor
+/// of the op with consistent shapes and dtypes, metadata parsed, tolerances finite, sizes within
+/// the limits the run needs. Runs no kernel.
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
     let not_st = |e: safetensors::SafeTensorError| CaseError::NotSafetensors {
         path: path.to_path_buf(),
-        msg: format!("{e:?}"),
+        // Tensor names in these messages come from the file.
+        msg: escape_untrusted(&format!("{e:?}")).into_owned(),
     };
-    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(not_st)?;
+    let (_, header) = SafeTensors::read_metadata(bytes).map_err(not_st)?;
     let m = header.metadata().clone().unwrap_or_default();
     let format = m.get("format").cloned();
     if format.as_deref() != Some(FORMAT) {
@@ -273,14 +434,14 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
     let op = Op::parse(op_name).ok_or_else(|| CaseError::Metadata {
         path: path.to_path_buf(),
         key: "op",
-        msg: format!("unknown op '{op_name}'"),
+        msg: format!("unknown op '{}'", escape_untrusted(op_name)),
     })?;
     let variant: Variant = meta_parse::<String>(path, &m, "variant")?
         .parse()
-        .map_err(|msg| CaseError::Metadata {
+        .map_err(|msg: String| CaseError::Metadata {
             path: path.to_path_buf(),
             key: "variant",
-            msg,
+            msg: escape_untrusted(&msg).into_owned(),
         })?;
     let scale: f32 = meta_parse(path, &m, "scale")?;
     let qk_l2norm: bool = meta_parse(path, &m, "qk_l2norm")?;
@@ -288,6 +449,12 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         atol: meta_parse(path, &m, "atol")?,
         rtol: meta_parse(path, &m, "rtol")?,
     };
+    // A NaN or infinite tolerance would pass any error.
+    tolerance.validate().map_err(|e| CaseError::Metadata {
+        path: path.to_path_buf(),
+        key: e.name,
+        msg: e.to_string(),
+    })?;
     let cache_len = if op == Op::Decode {
         let l: usize = meta_parse(path, &m, "cache_len")?;
         if l == 0 || l > crate::decode::MAX_CACHE_LEN {
@@ -302,7 +469,7 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         None
     };
 
-    let st = SafeTensors::deserialize(&bytes).map_err(not_st)?;
+    let st = SafeTensors::deserialize(bytes).map_err(not_st)?;
     let r = Reader { path, st };
     let (q, qs) = r.act("q", &[None, None, None], None)?;
     let dtype = q.dtype();
@@ -341,7 +508,25 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
         return Err(r.bad("cu_seqlens", "needs at least 2 entries".into()));
     }
     // Before anything is sized from it: cu_seqlens must describe exactly the N tokens of q.
-    crate::problem::check_seqlens(&cu_seqlens, n).map_err(|e| r.bad("cu_seqlens", e.to_string()))?;
+    let (_, max_len) = crate::problem::check_seqlens(&cu_seqlens, n).map_err(|e| r.bad("cu_seqlens", e.to_string()))?;
+    // Before the run sizes its ring by requests x window: the verify kernel's window limit.
+    if matches!(op, Op::Verify | Op::Fold) && max_len > MAX_VERIFY_WINDOW {
+        return Err(r.bad(
+            "cu_seqlens",
+            format!("a request has {max_len} tokens; verify and fold take at most {MAX_VERIFY_WINDOW} per request"),
+        ));
+    }
+    if let Some(l) = cache_len {
+        let bytes = decode_ring_bytes(dims, variant, requests, decode_ring_len(l, max_len));
+        if bytes > MAX_DECODE_RING_BYTES {
+            return Err(CaseError::Limit {
+                path: path.to_path_buf(),
+                what: "the decode ring (bytes: requests x records x record size)",
+                value: bytes,
+                limit: MAX_DECODE_RING_BYTES,
+            });
+        }
+    }
     let state_shape = [Some(requests), Some(hv), Some(vd), Some(kd)];
     let state = r.f32s("state_in", &state_shape)?;
     let expected_o = r.f32s("o", &[Some(n), Some(hv), Some(vd)])?;
@@ -407,6 +592,27 @@ pub fn load(path: &Path) -> Result<Case, CaseError> {
     })
 }
 
+/// The ring length a decode case runs with: its `cache_len` L, but at most one more than the
+/// longest request. A ring longer than `steps + 1` is never reached (the periodic flush comes at
+/// record L - 1, after `steps` tokens at most `steps - 1`), so the run is the same, flushes
+/// included, without allocating records no token can fill.
+pub fn decode_ring_len(cache_len: usize, steps: usize) -> usize {
+    cache_len.min(steps.saturating_add(1)).max(1)
+}
+
+/// Bytes of the one-layer decode ring of `slots` slots with `len` records each (f32 `d`, `k`,
+/// `g`; see [`crate::decode::DecodeRing`]).
+pub fn decode_ring_bytes(dims: HeadDims, variant: Variant, slots: usize, len: usize) -> u64 {
+    let per_record = (dims.hv as u64)
+        .saturating_mul(dims.v as u64)
+        .saturating_add((dims.h as u64).saturating_mul(dims.k as u64))
+        .saturating_add((dims.hv as u64).saturating_mul(dims.gate_width(variant) as u64));
+    (slots as u64)
+        .saturating_mul(len as u64)
+        .saturating_mul(per_record)
+        .saturating_mul(4)
+}
+
 /// Runs a case on `backend` and compares with its expected tensors: `recurrent` through kernel
 /// R, `verify` through kernel V (ring written), `fold` through V then F with `accept`, `decode`
 /// through kernel D one token per request and step (then materialised), `verify_tree` through VT
@@ -460,7 +666,14 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
             state = pool.state().to_vec();
         }
         Op::Decode => {
-            let l = case.cache_len.unwrap_or(1);
+            let steps = case
+                .data
+                .cu_seqlens
+                .windows(2)
+                .map(|w| (w[1] - w[0]).max(0) as usize)
+                .max()
+                .unwrap_or(0);
+            let l = decode_ring_len(case.cache_len.unwrap_or(1), steps);
             let res = crate::decode::decode_sequence(backend, &case.data, l, None, |_, _, _| {}).map_err(run_err)?;
             o = res.o;
             state = res.state;
@@ -527,6 +740,17 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
                 accept.len()
             )))
         }
+        CaseKind::Fold { accept } => {
+            // The expected state is the snapshot after accept[r] tokens: it must exist.
+            for (r, (&a, w)) in accept.iter().zip(data.cu_seqlens.windows(2)).enumerate() {
+                let len = w[1] - w[0];
+                if !(0..=len).contains(&a) {
+                    return Err(invalid(format!(
+                        "accept[{r}] = {a} is outside 0..={len} (request {r}'s tokens)"
+                    )));
+                }
+            }
+        }
         CaseKind::Decode { cache_len } if !(1..=crate::decode::MAX_CACHE_LEN).contains(&cache_len) => {
             return Err(invalid(format!(
                 "cache_len {cache_len} outside 1..={}",
@@ -552,8 +776,10 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
     // The case file's pool is one slot per request, in request order.
     let per_slot = d.state_elems();
     let mut pool = vec![0f32; requests * per_slot];
+    if let Some(r) = data.slots.iter().position(|&s| s < 0) {
+        return Err(invalid(format!("request {r} is null (slot -1): case files have none")));
+    }
     for (r, &slot) in data.slots.iter().enumerate() {
-        assert!(slot >= 0, "case files have no null requests");
         pool[r * per_slot..(r + 1) * per_slot]
             .copy_from_slice(&data.state[slot as usize * per_slot..(slot as usize + 1) * per_slot]);
     }
@@ -706,4 +932,41 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
     }
     let bytes = safetensors::serialize(views, &Some(metadata)).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     std::fs::write(path, bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::WorkloadSpec;
+
+    #[test]
+    fn a_decode_ring_cut_to_the_tokens_runs_the_same_as_the_full_one() {
+        assert_eq!(decode_ring_len(65_536, 7), 8);
+        assert_eq!(decode_ring_len(4, 7), 4);
+        assert_eq!(decode_ring_len(1, 0), 1);
+        let spec = WorkloadSpec {
+            variant: Variant::Gdn,
+            dims: HeadDims {
+                h: 1,
+                hv: 2,
+                k: 32,
+                v: 8,
+            },
+            dtype: DType::F32,
+            seqlens: vec![5, 2, 7],
+            null_requests: vec![],
+            spare_slots: 0,
+            raw_gate: true,
+            qk_l2norm: true,
+        };
+        let data = RecurrentData::random(&spec, 3);
+        let run = |l| crate::decode::decode_sequence(Backend::Emulated, &data, l, None, |_, _, _| {}).unwrap();
+        // L = 64 is never reached by 7 tokens; neither is L = 8 (no periodic flush either way).
+        let (full, cut) = (run(64), run(decode_ring_len(64, 7)));
+        assert_eq!(full.o.to_f32(), cut.o.to_f32());
+        assert_eq!(full.state, cut.state);
+        assert_eq!((full.flushes, full.steps), (cut.flushes, cut.steps));
+        // The bytes bound the case reader checks: 3 slots x 8 records x (2*8 + 1*32 + 2) f32.
+        assert_eq!(decode_ring_bytes(spec.dims, Variant::Gdn, 3, 8), 3 * 8 * 50 * 4);
+    }
 }

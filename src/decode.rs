@@ -97,6 +97,20 @@ pub struct DecodeRing {
     id: u64,
 }
 
+/// `records x per_record` NaNs, allocated fallibly: the ring is sized by slots x cache length,
+/// which callers (case files) control, so a failed allocation must be an error, not an abort.
+fn nan_buffer(buffer: &'static str, records: usize, per_record: usize) -> Result<Vec<f32>> {
+    let too_big = |len: Option<usize>| Error::Alloc {
+        buffer,
+        bytes: len.map_or(u64::MAX, |l| (l as u64).saturating_mul(4)),
+    };
+    let len = records.checked_mul(per_record).ok_or_else(|| too_big(None))?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| too_big(Some(len)))?;
+    v.resize(len, f32::NAN);
+    Ok(v)
+}
+
 static NEXT_RING_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl DecodeRing {
@@ -121,13 +135,13 @@ impl DecodeRing {
         }
         let s = pool.shape();
         let d = s.dims;
-        let recs = s.layers * s.slots * cache_len;
+        let recs = s.layers.saturating_mul(s.slots).saturating_mul(cache_len);
         Ok(DecodeRing {
             shape: s,
             cache_len,
-            d: vec![f32::NAN; recs * d.hv * d.v],
-            k: vec![f32::NAN; recs * d.h * d.k],
-            g: vec![f32::NAN; recs * d.hv * d.gate_width(s.variant)],
+            d: nan_buffer("decode ring d", recs, d.hv * d.v)?,
+            k: nan_buffer("decode ring k", recs, d.h * d.k)?,
+            g: nan_buffer("decode ring g", recs, d.hv * d.gate_width(s.variant))?,
             write_pos: vec![0; s.slots],
             generation: 0,
             pool: pool.id(),

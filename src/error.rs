@@ -108,6 +108,9 @@ pub enum Error {
     ForeignPool { what: &'static str },
     #[error("the decode step was taken before the ring's cursors last changed ({why}): begin a new step")]
     StaleStep { why: &'static str },
+    /// A buffer sized from the inputs could not be allocated (reported, not aborted on).
+    #[error("cannot allocate {bytes} bytes for {buffer}")]
+    Alloc { buffer: &'static str, bytes: u64 },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -78,47 +78,52 @@ enum Command {
     Validate(replayssm::engine_args::EngineArgs),
     /// Write a case file (recurrent, verify, fold, decode, verify_tree or fold_tree) whose expected
     /// tensors come from the f64 reference.
-    MakeCase {
-        #[arg(long)]
-        out: PathBuf,
-        /// recurrent, verify, fold, decode, verify_tree or fold_tree.
-        #[arg(long, default_value = "recurrent")]
-        op: String,
-        /// fold only: tokens committed per request (default: random in 0..=window).
-        #[arg(long, value_delimiter = ',')]
-        accept: Vec<i32>,
-        /// verify_tree, fold_tree: draft tree shape (chain, star, binary, topk<K>, random).
-        #[arg(long, default_value = "topk2")]
-        tree: TreeShape,
-        /// fold_tree only: the deepest accepted node (window position) per request, -1 for none;
-        /// the commit replays its root path (default: a random node or none).
-        #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
-        accept_node: Vec<i32>,
-        /// decode only: the buffered-decode cache length L.
-        #[arg(long, default_value_t = 4)]
-        cache_len: usize,
-        #[arg(long, default_value = "gdn")]
-        variant: Variant,
-        #[arg(long, default_value = "bf16")]
-        dtype: DType,
-        /// H,HV,K,V
-        #[arg(long, value_delimiter = ',', default_values_t = [2usize, 4, 64, 32])]
-        dims: Vec<usize>,
-        /// Tokens per request.
-        #[arg(long, value_delimiter = ',', default_values_t = [3usize, 5])]
-        seqlens: Vec<usize>,
-        /// Store precomputed g/beta instead of raw a, b, A_log, dt_bias.
-        #[arg(long)]
-        precomputed_gate: bool,
-        #[arg(long)]
-        no_l2norm: bool,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        #[arg(long)]
-        atol: f64,
-        #[arg(long)]
-        rtol: f64,
-    },
+    MakeCase(MakeCaseArgs),
+}
+
+/// Arguments of `make-case`; every one is checked (value and limit in the message) before
+/// anything is allocated from it.
+#[derive(clap::Args)]
+struct MakeCaseArgs {
+    #[arg(long)]
+    out: PathBuf,
+    /// recurrent, verify, fold, decode, verify_tree or fold_tree.
+    #[arg(long, default_value = "recurrent")]
+    op: String,
+    /// fold only: tokens committed per request (default: random in 0..=window).
+    #[arg(long, value_delimiter = ',')]
+    accept: Vec<i32>,
+    /// verify_tree, fold_tree: draft tree shape (chain, star, binary, topk<K>, random).
+    #[arg(long, default_value = "topk2")]
+    tree: TreeShape,
+    /// fold_tree only: the deepest accepted node (window position) per request, -1 for none;
+    /// the commit replays its root path (default: a random node or none).
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    accept_node: Vec<i32>,
+    /// decode only: the buffered-decode cache length L.
+    #[arg(long, default_value_t = 4)]
+    cache_len: usize,
+    #[arg(long, default_value = "gdn")]
+    variant: Variant,
+    #[arg(long, default_value = "bf16")]
+    dtype: DType,
+    /// H,HV,K,V
+    #[arg(long, value_delimiter = ',', default_values_t = [2usize, 4, 64, 32])]
+    dims: Vec<usize>,
+    /// Tokens per request.
+    #[arg(long, value_delimiter = ',', default_values_t = [3usize, 5])]
+    seqlens: Vec<usize>,
+    /// Store precomputed g/beta instead of raw a, b, A_log, dt_bias.
+    #[arg(long)]
+    precomputed_gate: bool,
+    #[arg(long)]
+    no_l2norm: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    atol: f64,
+    #[arg(long)]
+    rtol: f64,
 }
 
 fn validate(a: replayssm::engine_args::EngineArgs) -> ExitCode {
@@ -194,104 +199,189 @@ fn main() -> ExitCode {
         Command::Validate(a) => validate(a),
         Command::Bench(a) => replayssm::bench::cli::main(&a),
         Command::Floor { bandwidth, json, dtype } => floor(bandwidth, json, dtype),
-        Command::MakeCase {
-            out,
-            op,
-            accept,
-            tree,
-            accept_node,
-            cache_len,
-            variant,
-            dtype,
-            dims,
-            seqlens,
-            precomputed_gate,
-            no_l2norm,
-            seed,
-            atol,
-            rtol,
-        } => {
-            if dims.len() != 4 {
-                eprintln!("make-case: --dims takes H,HV,K,V (4 values), got {}", dims.len());
-                return ExitCode::FAILURE;
+        Command::MakeCase(a) => match make_case(&a) {
+            Ok(()) => {
+                println!("wrote {}", a.out.display());
+                ExitCode::SUCCESS
             }
-            let spec = WorkloadSpec {
-                variant,
-                dims: HeadDims {
-                    h: dims[0],
-                    hv: dims[1],
-                    k: dims[2],
-                    v: dims[3],
-                },
-                dtype,
-                seqlens,
-                null_requests: vec![],
-                spare_slots: 0,
-                raw_gate: !precomputed_gate,
-                qk_l2norm: !no_l2norm,
-            };
-            if let Err(e) = spec.dims.validate() {
+            Err(e) => {
                 eprintln!("make-case: {e}");
-                return ExitCode::FAILURE;
+                ExitCode::FAILURE
             }
-            let Some(op) = case::Op::parse(&op) else {
-                eprintln!(
-                    "make-case: unknown op '{op}' (expected recurrent, verify, fold, decode, verify_tree or fold_tree)"
-                );
-                return ExitCode::FAILURE;
-            };
-            let data = RecurrentData::random(&spec, seed);
-            let accept: Vec<i32> = if accept.is_empty() {
-                data.cu_seqlens
-                    .windows(2)
-                    .enumerate()
-                    .map(|(i, w)| ((seed as usize * 7 + i * 3) % (w[1] - w[0] + 1) as usize) as i32)
-                    .collect()
-            } else {
-                accept
-            };
-            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7e3e);
-            let draft = match tree.tree(&spec.seqlens, &mut rng) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("make-case: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let nodes: Vec<Option<usize>> = if accept_node.is_empty() {
+        },
+    }
+}
+
+/// Most requests `make-case` writes (the launch limit on B).
+const MAX_MAKE_CASE_REQUESTS: usize = 65_535;
+/// Most tokens (all requests) `make-case` writes.
+const MAX_MAKE_CASE_TOKENS: usize = 1 << 20;
+/// Most memory `make-case` may need, estimated from --dims and --seqlens: the f64 reference keeps
+/// a state snapshot per token, so a long case grows as tokens x HV x V x K x 8 bytes.
+const MAX_MAKE_CASE_BYTES: u128 = 1 << 30;
+
+/// Estimated peak bytes of generating a case: inputs (f32 and their activations), the pool and
+/// the f64 reference with one state snapshot per token.
+fn make_case_bytes(d: HeadDims, variant: Variant, tokens: usize, requests: usize) -> u128 {
+    let (h, hv, k, v) = (d.h as u128, d.hv as u128, d.k as u128, d.v as u128);
+    let gw = d.gate_width(variant) as u128;
+    let state = hv * v * k;
+    let per_token = 2 * h * k + 2 * hv * v + hv * gw + hv;
+    let (n, r) = (tokens as u128, requests as u128);
+    n * state * 8 + r * state * 16 + n * per_token * 16
+}
+
+/// `make-case`: checks every argument, then generates and writes the case.
+fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
+    let Some(op) = case::Op::parse(&a.op) else {
+        return Err(format!(
+            "--op: unknown op '{}' (expected recurrent, verify, fold, decode, verify_tree or fold_tree)",
+            a.op
+        ));
+    };
+    let tolerance = Tolerance::new(a.atol, a.rtol).map_err(|e| format!("--{e}"))?;
+    if a.dims.len() != 4 {
+        return Err(format!("--dims takes H,HV,K,V (4 values), got {}", a.dims.len()));
+    }
+    let dims = HeadDims {
+        h: a.dims[0],
+        hv: a.dims[1],
+        k: a.dims[2],
+        v: a.dims[3],
+    };
+    dims.validate().map_err(|e| format!("--dims {:?}: {e}", a.dims))?;
+    let requests = a.seqlens.len();
+    if !(1..=MAX_MAKE_CASE_REQUESTS).contains(&requests) {
+        return Err(format!(
+            "--seqlens has {requests} requests, expected 1..={MAX_MAKE_CASE_REQUESTS}"
+        ));
+    }
+    // Saturating: a sum past usize is over the limit as well.
+    let tokens = a.seqlens.iter().fold(0usize, |t, &l| t.saturating_add(l));
+    if tokens > MAX_MAKE_CASE_TOKENS {
+        return Err(format!(
+            "--seqlens adds up to {tokens} tokens, over the limit of {MAX_MAKE_CASE_TOKENS}"
+        ));
+    }
+    // The kernels the case runs through bound each request's tokens.
+    let per_request = match op {
+        case::Op::Verify | case::Op::Fold => Some((replayssm::spec::MAX_VERIFY_WINDOW, "the verify window")),
+        case::Op::VerifyTree | case::Op::FoldTree => {
+            Some((replayssm::tree::MAX_TREE_NODES, "the tree kernels' node limit"))
+        }
+        _ => None,
+    };
+    if let Some((limit, what)) = per_request {
+        if let Some((r, &l)) = a.seqlens.iter().enumerate().find(|(_, &l)| l > limit) {
+            return Err(format!(
+                "--seqlens: request {r} has {l} tokens; op {} takes at most {limit} per request ({what})",
+                op.name()
+            ));
+        }
+    }
+    let bytes = make_case_bytes(dims, a.variant, tokens, requests);
+    if bytes > MAX_MAKE_CASE_BYTES {
+        return Err(format!(
+            "--seqlens {tokens} tokens with --dims {:?} need about {bytes} bytes (the f64 reference keeps a HV x V x K state per token), over the limit of {MAX_MAKE_CASE_BYTES}",
+            a.dims
+        ));
+    }
+    if op == case::Op::Decode && !(1..=replayssm::decode::MAX_CACHE_LEN).contains(&a.cache_len) {
+        return Err(format!(
+            "--cache-len {} is outside 1..={}",
+            a.cache_len,
+            replayssm::decode::MAX_CACHE_LEN
+        ));
+    }
+    let accept: Vec<i32> = if a.accept.is_empty() {
+        a.seqlens
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| ((a.seed as usize).wrapping_mul(7).wrapping_add(i * 3) % (l + 1)) as i32)
+            .collect()
+    } else if op == case::Op::Fold {
+        if a.accept.len() != requests {
+            return Err(format!(
+                "--accept has {} values for {requests} requests (--seqlens)",
+                a.accept.len()
+            ));
+        }
+        for (r, (&x, &l)) in a.accept.iter().zip(&a.seqlens).enumerate() {
+            if x < 0 || x as usize > l {
+                return Err(format!(
+                    "--accept: request {r} accepts {x}, outside 0..={l} (its --seqlens)"
+                ));
+            }
+        }
+        a.accept.clone()
+    } else {
+        return Err(format!("--accept is for op fold, not {}", op.name()));
+    };
+    if !a.accept_node.is_empty() {
+        if op != case::Op::FoldTree {
+            return Err(format!("--accept-node is for op fold_tree, not {}", op.name()));
+        }
+        if a.accept_node.len() != requests {
+            return Err(format!(
+                "--accept-node has {} values for {requests} requests (--seqlens)",
+                a.accept_node.len()
+            ));
+        }
+        for (r, (&x, &l)) in a.accept_node.iter().zip(&a.seqlens).enumerate() {
+            if x < -1 || x >= l as i32 {
+                return Err(format!(
+                    "--accept-node: request {r} accepts node {x}, outside -1..={} (-1 for none)",
+                    l as i64 - 1
+                ));
+            }
+        }
+    }
+    let spec = WorkloadSpec {
+        variant: a.variant,
+        dims,
+        dtype: a.dtype,
+        seqlens: a.seqlens.clone(),
+        null_requests: vec![],
+        spare_slots: 0,
+        raw_gate: !a.precomputed_gate,
+        qk_l2norm: !a.no_l2norm,
+    };
+    let data = RecurrentData::random(&spec, a.seed);
+    // Only tree ops build a tree, so no other op can fail on (or talk about) tree limits.
+    let mut rng = ChaCha8Rng::seed_from_u64(a.seed ^ 0x7e3e);
+    let draft = match op {
+        case::Op::VerifyTree | case::Op::FoldTree => Some(
+            a.tree
+                .tree(&spec.seqlens, &mut rng)
+                .map_err(|e| format!("--tree {:?}: {e}", a.tree))?,
+        ),
+        _ => None,
+    };
+    let accepted = match (&draft, op) {
+        (Some(draft), case::Op::FoldTree) => {
+            let nodes: Vec<Option<usize>> = if a.accept_node.is_empty() {
                 spec.seqlens
                     .iter()
                     .map(|&n| rng.gen_range(-1..n as i64))
                     .map(|x| usize::try_from(x).ok())
                     .collect()
             } else {
-                accept_node.iter().map(|&x| usize::try_from(x).ok()).collect()
+                a.accept_node.iter().map(|&x| usize::try_from(x).ok()).collect()
             };
-            let accepted = AcceptedPaths::from_nodes(&draft, &nodes);
-            let kind = match (op, &accepted) {
-                (case::Op::Recurrent, _) => CaseKind::Recurrent,
-                (case::Op::Verify, _) => CaseKind::Verify,
-                (case::Op::Fold, _) => CaseKind::Fold { accept: &accept },
-                (case::Op::Decode, _) => CaseKind::Decode { cache_len },
-                (case::Op::VerifyTree, _) => CaseKind::VerifyTree { tree: &draft },
-                (case::Op::FoldTree, Ok(accepted)) => CaseKind::FoldTree { tree: &draft, accepted },
-                (case::Op::FoldTree, Err(e)) => {
-                    eprintln!("make-case: --accept-node: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match case::write_case(&out, kind, &data, Tolerance { atol, rtol }) {
-                Ok(()) => {
-                    println!("wrote {}", out.display());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("make-case: {}: {e}", out.display());
-                    ExitCode::FAILURE
-                }
-            }
+            Some(AcceptedPaths::from_nodes(draft, &nodes).map_err(|e| format!("--accept-node: {e}"))?)
         }
-    }
+        _ => None,
+    };
+    let kind = match (op, &draft, &accepted) {
+        (case::Op::Recurrent, ..) => CaseKind::Recurrent,
+        (case::Op::Verify, ..) => CaseKind::Verify,
+        (case::Op::Fold, ..) => CaseKind::Fold { accept: &accept },
+        (case::Op::Decode, ..) => CaseKind::Decode { cache_len: a.cache_len },
+        (case::Op::VerifyTree, Some(tree), _) => CaseKind::VerifyTree { tree },
+        (case::Op::FoldTree, Some(tree), Some(accepted)) => CaseKind::FoldTree { tree, accepted },
+        (case::Op::VerifyTree | case::Op::FoldTree, ..) => unreachable!("tree ops build their tree above"),
+    };
+    case::write_case(&a.out, kind, &data, tolerance).map_err(|e| format!("{}: {e}", a.out.display()))
 }
 
 fn info() -> ExitCode {
@@ -390,7 +480,7 @@ fn check(files: &[PathBuf], backend: Backend) -> ExitCode {
                 let verdict = if r.passed() { "PASS" } else { "FAIL" };
                 println!(
                     "{verdict} {} op={} backend={backend} max_err={:.3e} (o: {}; state_out: {}; atol={:e} rtol={:e})",
-                    f.display(),
+                    case::escape_untrusted(&f.display().to_string()),
                     c.op.name(),
                     r.max_err(),
                     r.o,
@@ -401,7 +491,8 @@ fn check(files: &[PathBuf], backend: Backend) -> ExitCode {
                 failed += usize::from(!r.passed());
             }
             Err(e) => {
-                println!("ERROR {e}");
+                // Messages quote metadata and tensor names from the file: printed escaped.
+                println!("ERROR {}", case::escape_untrusted(&e.to_string()));
                 failed += 1;
             }
         }

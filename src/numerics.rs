@@ -8,6 +8,35 @@ pub struct Tolerance {
     pub rtol: f64,
 }
 
+/// A tolerance that cannot judge anything: NaN, infinite or negative.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[error("{name} = {value} is not a finite number >= 0 (a NaN or infinite tolerance would pass any error)")]
+pub struct ToleranceError {
+    /// `atol` or `rtol`.
+    pub name: &'static str,
+    pub value: f64,
+}
+
+impl Tolerance {
+    /// The tolerance, refused when either bound is NaN, infinite or negative.
+    pub fn new(atol: f64, rtol: f64) -> Result<Self, ToleranceError> {
+        let t = Tolerance { atol, rtol };
+        t.validate()?;
+        Ok(t)
+    }
+
+    /// Both bounds are finite and non-negative.
+    pub fn validate(&self) -> Result<(), ToleranceError> {
+        for (name, value) in [("atol", self.atol), ("rtol", self.rtol)] {
+            // Written so that NaN fails too.
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(ToleranceError { name, value });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The outcome of comparing a result with its f64 reference.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Comparison {
@@ -46,6 +75,8 @@ pub fn compare(actual: &[f32], reference: &[f64], tol: Tolerance) -> Comparison 
         ..Default::default()
     };
     let mut worst_excess = f64::NEG_INFINITY;
+    // A NaN, infinite or negative tolerance judges nothing: every element fails.
+    let tol_ok = tol.validate().is_ok();
     for (i, (&x, &r)) in actual.iter().zip(reference).enumerate() {
         let x = x as f64;
         if !x.is_finite() || !r.is_finite() {
@@ -55,8 +86,14 @@ pub fn compare(actual: &[f32], reference: &[f64], tol: Tolerance) -> Comparison 
         }
         let err = (x - r).abs();
         let excess = err - (tol.atol + tol.rtol * r.abs());
-        if excess > 0.0 {
+        // `within` is false for a NaN excess (a NaN or infinite tolerance): such an element
+        // fails; `excess > 0.0` would have passed it.
+        let within = excess <= 0.0;
+        if !tol_ok || !within {
             c.violations += 1;
+            if !tol_ok || excess.is_nan() {
+                c.worst.get_or_insert(i);
+            }
         }
         if excess > worst_excess {
             worst_excess = excess;
@@ -67,4 +104,32 @@ pub fn compare(actual: &[f32], reference: &[f64], tol: Tolerance) -> Comparison 
         c.max_abs_err = c.max_abs_err.max(err);
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_tolerances_fail_instead_of_passing_everything() {
+        let actual = [1.0e6f32, 0.0];
+        let reference = [0.0f64, 0.0];
+        for (atol, rtol) in [
+            (f64::NAN, 0.0),
+            (0.0, f64::NAN),
+            (f64::NAN, f64::NAN),
+            (0.0, f64::INFINITY),
+            (f64::INFINITY, 0.0),
+            (f64::INFINITY, f64::INFINITY),
+        ] {
+            let c = compare(&actual, &reference, Tolerance { atol, rtol });
+            assert!(!c.passed(), "atol={atol} rtol={rtol}: {c}");
+            assert!(Tolerance::new(atol, rtol).is_err(), "atol={atol} rtol={rtol}");
+        }
+        // A negative tolerance is refused by name.
+        let e = Tolerance::new(1e-3, -1.0).unwrap_err();
+        assert_eq!(e.name, "rtol");
+        assert!(e.to_string().contains("rtol = -1"), "{e}");
+        assert!(Tolerance::new(0.0, 8e-3).is_ok());
+    }
 }

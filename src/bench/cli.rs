@@ -1,7 +1,7 @@
 //! `replayssm bench`: the harness's command line (arguments, progress, table, files).
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{run, shape_by_name, BenchOptions, CaseResult, GraphMode, Kernel, Outcome, TimingOptions};
@@ -143,6 +143,25 @@ fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// Refuses an output path that cannot be written, before any case runs (a long run must not
+/// end on an unwritable `--json` or `--plot`). An existing file is opened for appending (not
+/// changed); a new one is created and removed again.
+fn check_writable(flag: &str, path: &Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err(format!("{flag} {}: is a directory, not a file", path.display()));
+    }
+    let existed = path.exists();
+    match std::fs::OpenOptions::new().append(true).create(true).open(path) {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("{flag} {}: cannot write: {e}", path.display())),
+    }
+}
+
 /// `replayssm bench`.
 pub fn main(args: &BenchArgs) -> ExitCode {
     let o = match args.options() {
@@ -152,6 +171,14 @@ pub fn main(args: &BenchArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    for (flag, path) in [("--json", &args.json), ("--plot", &args.plot)] {
+        if let Some(path) = path {
+            if let Err(e) = check_writable(flag, path) {
+                eprintln!("bench: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     if o.backend != Backend::Cuda {
         eprintln!(
             "bench: timing skipped: backend {} (CUDA: {}); every case runs once on the CPU and is \

@@ -1,0 +1,441 @@
+//! The `replayssm` binary against hostile input (issue 19): files that are not bounded regular
+//! files, decode cases that would amplify memory, tolerances that pass anything, make-case
+//! arguments that panicked or aborted, terminal control characters in a case's metadata, and
+//! bench output paths that cannot be written. Every child runs with a timeout and (on Linux)
+//! an address-space limit, so a regression fails the test instead of hanging or eating memory.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_replayssm"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("replayssm-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn shipped(prefix: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cases");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .collect();
+    v.sort();
+    v.into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("a shipped {prefix}* case"))
+}
+
+/// What a child did.
+struct Run {
+    /// `None` when it was killed by a signal (an abort) or by the timeout.
+    code: Option<i32>,
+    timed_out: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn text(&self) -> String {
+        format!(
+            "exit {:?}{}\nstdout: {}\nstderr: {}",
+            self.code,
+            if self.timed_out { " (timed out)" } else { "" },
+            self.stdout,
+            self.stderr
+        )
+    }
+    /// Exited by itself with code 1 or 2: no panic (101), no abort (signal), no hang.
+    fn clean_failure(&self) -> bool {
+        !self.timed_out && matches!(self.code, Some(1) | Some(2)) && !self.stderr.contains("panicked")
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn limit_address_space(cmd: &mut Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    extern "C" {
+        fn setrlimit(resource: i32, rlim: *const [u64; 2]) -> i32;
+    }
+    const RLIMIT_AS: i32 = 9;
+    // SAFETY: setrlimit is async-signal-safe and only touches this (forked) process.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = [bytes, bytes];
+            if setrlimit(RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn limit_address_space(_: &mut Command, _: u64) {}
+
+const GIB: u64 = 1 << 30;
+
+/// Runs `cmd` with at most `mem` bytes of address space, killed after `timeout`.
+fn run_limited(mut cmd: Command, mem: u64, timeout: Duration) -> Run {
+    limit_address_space(&mut cmd, mem);
+    // Address space, not memory, is limited: keep what threads reserve (the emulator starts one
+    // per core, glibc a malloc arena per thread) independent of the machine's core count.
+    cmd.env("REPLAYSSM_EMU_THREADS", "2").env("MALLOC_ARENA_MAX", "2");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Drain the pipes on threads so a chatty child cannot block on a full pipe.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut s).ok();
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut s).ok();
+        s
+    });
+    let start = Instant::now();
+    let (status, timed_out) = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break (s, false);
+        }
+        if start.elapsed() > timeout {
+            child.kill().ok();
+            break (child.wait().unwrap(), true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: if timed_out { None } else { status.code() },
+        timed_out,
+        stdout: String::from_utf8_lossy(&t_out.join().unwrap()).into_owned(),
+        stderr: String::from_utf8_lossy(&t_err.join().unwrap()).into_owned(),
+    }
+}
+
+fn check(path: &Path) -> Run {
+    let mut c = bin();
+    c.arg("check").arg(path).args(["--backend", "emulated"]);
+    run_limited(c, GIB, Duration::from_secs(60))
+}
+
+/// `check path` fails cleanly, naming the file and saying `expect`.
+fn check_refuses(path: &Path, expect: &str) {
+    let r = check(path);
+    let text = r.text();
+    assert!(r.clean_failure(), "{}: {text}", path.display());
+    assert!(
+        r.stdout.contains(expect),
+        "{}: expected '{expect}' in {text}",
+        path.display()
+    );
+    assert!(
+        r.stdout.contains(&path.display().to_string()),
+        "the message must name the file: {text}"
+    );
+}
+
+/// The file's header JSON and the bytes after it.
+fn split(file: &[u8]) -> (serde_json::Value, Vec<u8>) {
+    let n = u64::from_le_bytes(file[..8].try_into().unwrap()) as usize;
+    (serde_json::from_slice(&file[8..8 + n]).unwrap(), file[8 + n..].to_vec())
+}
+
+fn join(header: &serde_json::Value, data: &[u8]) -> Vec<u8> {
+    let text = serde_json::to_vec(header).unwrap();
+    let mut v = (text.len() as u64).to_le_bytes().to_vec();
+    v.extend_from_slice(&text);
+    v.extend_from_slice(data);
+    v
+}
+
+/// `file` with metadata `key` set to `value`.
+fn with_metadata(file: &[u8], key: &str, value: &str) -> Vec<u8> {
+    let (mut h, data) = split(file);
+    h["__metadata__"][key] = serde_json::Value::String(value.into());
+    join(&h, &data)
+}
+
+#[test]
+fn check_refuses_devices_fifos_directories_and_lying_headers() {
+    // /dev/zero: endless; before the fix it was read until memory ran out.
+    check_refuses(Path::new("/dev/zero"), "not a regular file (a character device)");
+
+    // A FIFO nobody writes: opening it for reading blocked forever before the fix.
+    let fifo = tmp("fifo.safetensors");
+    let _ = std::fs::remove_file(&fifo);
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if made.is_ok_and(|s| s.success()) {
+        check_refuses(&fifo, "not a regular file (a FIFO)");
+    } else {
+        eprintln!("mkfifo unavailable: FIFO case skipped");
+    }
+
+    let dir = tmp("a_directory.safetensors");
+    std::fs::create_dir_all(&dir).unwrap();
+    check_refuses(&dir, "not a regular file (a directory)");
+
+    let good = std::fs::read(shipped("gdn_bf16_raw")).unwrap();
+
+    // Shorter than the length field.
+    let p = tmp("four_bytes.safetensors");
+    std::fs::write(&p, &good[..4]).unwrap();
+    check_refuses(&p, "shorter than the 8-byte header length");
+
+    // Cut in the middle of the data: the header promises more than is there.
+    let p = tmp("truncated.safetensors");
+    std::fs::write(&p, &good[..good.len() / 2]).unwrap();
+    check_refuses(&p, "not a safetensors file");
+
+    // A header length of 1 TB: refused before anything else is read.
+    let p = tmp("huge_header_len.safetensors");
+    let mut bad = good.clone();
+    bad[..8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    std::fs::write(&p, &bad).unwrap();
+    check_refuses(
+        &p,
+        "not a safetensors file: the header length is 1099511627776 bytes, over the limit of 16777216",
+    );
+
+    // A header length within the limit but past the end of the file.
+    let p = tmp("header_past_end.safetensors");
+    let mut bad = good.clone();
+    bad[..8].copy_from_slice(&(good.len() as u64).to_le_bytes());
+    std::fs::write(&p, &bad).unwrap();
+    check_refuses(&p, &format!("only {} bytes follow it", good.len() - 8));
+}
+
+#[test]
+fn decode_case_with_a_huge_cache_len_runs_in_bounded_memory() {
+    // 8 requests of 2 tokens, HV = 8, K = V = 128: a 4.2 MB file. With L = 65536 the ring took
+    // 8 x 65536 records x 6 KB = 3.2 GB before the fix (an abort under the limit below); sized by
+    // the tokens it needs 3 records per slot.
+    let p = tmp("decode_huge_l.safetensors");
+    let mut c = bin();
+    c.args([
+        "make-case",
+        "--op",
+        "decode",
+        "--cache-len",
+        "65536",
+        "--dims",
+        "4,8,128,128",
+    ])
+    .args(["--seqlens", "2,2,2,2,2,2,2,2", "--dtype", "f32", "--precomputed-gate"])
+    .args(["--atol", "1e-5", "--rtol", "1e-4", "--out"])
+    .arg(&p);
+    let r = run_limited(c, 3 * GIB / 2, Duration::from_secs(300));
+    assert_eq!(r.code, Some(0), "{}", r.text());
+    let mut c = bin();
+    c.arg("check").arg(&p).args(["--backend", "emulated"]);
+    let r = run_limited(c, 3 * GIB / 2, Duration::from_secs(300));
+    assert_eq!(r.code, Some(0), "{}", r.text());
+    assert!(
+        r.stdout.starts_with("PASS ") && r.stdout.contains("op=decode"),
+        "{}",
+        r.text()
+    );
+}
+
+#[test]
+fn non_finite_tolerances_are_refused_in_case_files_and_make_case() {
+    let good = std::fs::read(shipped("gdn_bf16_raw")).unwrap();
+    // Outputs off by 1e6: any finite tolerance fails them.
+    let (h, mut data) = split(&good);
+    let (start, end) = {
+        let o = &h["o"]["data_offsets"];
+        (o[0].as_u64().unwrap() as usize, o[1].as_u64().unwrap() as usize)
+    };
+    for c in data[start..end].chunks_exact_mut(4) {
+        c.copy_from_slice(&1.0e6f32.to_le_bytes());
+    }
+    let wrong = join(&h, &data);
+    let p = tmp("wrong_outputs.safetensors");
+    std::fs::write(&p, &wrong).unwrap();
+    let r = check(&p);
+    assert!(r.stdout.starts_with("FAIL "), "{}", r.text());
+
+    // Before the fix each of these PASSed the wrong outputs.
+    for (key, value) in [("atol", "NaN"), ("rtol", "nan"), ("rtol", "inf"), ("atol", "-1e-3")] {
+        let p = tmp(&format!("tol_{key}_{value}.safetensors"));
+        std::fs::write(&p, with_metadata(&wrong, key, value)).unwrap();
+        check_refuses(&p, &format!("metadata key '{key}'"));
+        let r = check(&p);
+        assert!(!r.stdout.contains("PASS"), "{}", r.text());
+    }
+
+    // make-case wrote such files before the fix.
+    for (flag, value) in [("--atol", "nan"), ("--rtol", "inf"), ("--rtol", "-1")] {
+        let out = tmp("never_tol.safetensors");
+        let mut c = bin();
+        c.args(["make-case", "--out"]).arg(&out);
+        let other = if flag == "--atol" { "--rtol" } else { "--atol" };
+        c.args([other, "1e-3", &format!("{flag}={value}")]);
+        let r = run_limited(c, GIB, Duration::from_secs(60));
+        assert!(r.clean_failure(), "{flag} {value}: {}", r.text());
+        assert!(r.stderr.contains(&format!("{flag} = ")), "{flag} {value}: {}", r.text());
+        assert!(!out.exists(), "{flag} {value}: a file was written");
+    }
+}
+
+fn make_case(args: &[&str]) -> Run {
+    let out = tmp("made.safetensors");
+    let mut c = bin();
+    c.args(["make-case", "--out"]).arg(&out).args(args);
+    run_limited(c, GIB, Duration::from_secs(60))
+}
+
+/// `make-case args` fails cleanly with every string of `expect` in its message.
+fn make_case_refuses(args: &[&str], expect: &[&str]) {
+    let r = make_case(args);
+    assert!(r.clean_failure(), "{args:?}: {}", r.text());
+    for e in expect {
+        assert!(r.stderr.contains(e), "{args:?}: expected '{e}' in {}", r.text());
+    }
+}
+
+#[test]
+fn make_case_checks_every_argument_by_name() {
+    let tol = ["--atol", "1e-3", "--rtol", "8e-3"];
+    let with_tol = |a: &[&'static str]| [a, &tol[..]].concat();
+    // Panicked before (accept 4 of a 3-token request).
+    make_case_refuses(
+        &with_tol(&[
+            "--op",
+            "fold",
+            "--accept",
+            "4,1",
+            "--seqlens",
+            "3,5",
+            "--dims",
+            "1,1,32,8",
+        ]),
+        &["--accept", "request 0 accepts 4, outside 0..=3"],
+    );
+    make_case_refuses(
+        &with_tol(&["--op", "fold", "--accept", "1", "--seqlens", "3,5"]),
+        &["--accept has 1 values for 2 requests"],
+    );
+    // Aborted on a 12.8 GB allocation before.
+    make_case_refuses(
+        &with_tol(&["--seqlens", "100000000"]),
+        &["--seqlens adds up to 100000000 tokens, over the limit of 1048576"],
+    );
+    // Within the token limit but too big for the reference's per-token states.
+    make_case_refuses(
+        &with_tol(&["--seqlens", "100000", "--dims", "1,16,128,128"]),
+        &[
+            "--seqlens 100000 tokens with --dims [1, 16, 128, 128] need about",
+            "over the limit of 1073741824",
+        ],
+    );
+    // A fold error talked about tree kernels before (the tree was built for every op).
+    let r = make_case(&with_tol(&["--op", "fold", "--seqlens", "40"]));
+    assert!(r.clean_failure(), "{}", r.text());
+    assert!(
+        r.stderr
+            .contains("--seqlens: request 0 has 40 tokens; op fold takes at most 16"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        !r.stderr.contains("tree"),
+        "a fold error must not mention trees: {}",
+        r.text()
+    );
+    make_case_refuses(
+        &with_tol(&["--op", "verify_tree", "--seqlens", "17"]),
+        &["op verify_tree takes at most 16", "tree kernels"],
+    );
+    make_case_refuses(
+        &with_tol(&["--op", "decode", "--cache-len", "0"]),
+        &["--cache-len 0 is outside 1..=65536"],
+    );
+    make_case_refuses(
+        &with_tol(&["--op", "decode", "--cache-len", "70000"]),
+        &["--cache-len 70000 is outside 1..=65536"],
+    );
+    make_case_refuses(
+        &with_tol(&["--op", "fold_tree", "--accept-node=-5,1"]),
+        &["--accept-node: request 0 accepts node -5"],
+    );
+    make_case_refuses(&with_tol(&["--op", "bogus"]), &["--op: unknown op 'bogus'"]);
+    make_case_refuses(&with_tol(&["--dims", "1,2,3"]), &["--dims takes H,HV,K,V"]);
+    make_case_refuses(&with_tol(&["--dims", "2,3,8,8"]), &["--dims [2, 3, 8, 8]"]);
+    make_case_refuses(
+        &with_tol(&["--accept", "1,1"]),
+        &["--accept is for op fold, not recurrent"],
+    );
+    // The default accept used to overflow (a panic in debug builds) on a large seed.
+    let r = make_case(&with_tol(&["--op", "fold", "--seed", "18446744073709551615"]));
+    assert_eq!(r.code, Some(0), "{}", r.text());
+}
+
+#[test]
+fn check_escapes_control_and_bidi_characters_from_the_file() {
+    let good = std::fs::read(shipped("gdn_bf16_raw")).unwrap();
+    let evil = "\u{202e}txt.exe\u{1b}[2J\u{1b}]0;owned\u{7}\u{9b}31m";
+    for key in ["op", "format", "variant", "atol"] {
+        let p = tmp(&format!("evil_{key}.safetensors"));
+        std::fs::write(&p, with_metadata(&good, key, evil)).unwrap();
+        let r = check(&p);
+        assert!(r.clean_failure(), "{key}: {}", r.text());
+        for raw in ['\u{202e}', '\u{1b}', '\u{7}', '\u{9b}'] {
+            assert!(
+                !r.stdout.contains(raw) && !r.stderr.contains(raw),
+                "{key}: raw {:?} printed: {:?}",
+                raw,
+                r.stdout
+            );
+        }
+        assert!(
+            r.stdout.contains("\\u{202e}txt.exe\\u{1b}[2J"),
+            "{key}: expected the escaped text: {:?}",
+            r.stdout
+        );
+    }
+}
+
+#[test]
+fn bench_refuses_unwritable_output_paths_before_running_any_case() {
+    let bench = |flag: &str, path: &Path| {
+        let mut c = bin();
+        c.args(["bench", "--backend", "emulated", "--shapes", "tiny", "--batches", "1"])
+            .args(["--windows", "2", "--kernels", "R-decode", flag])
+            .arg(path);
+        run_limited(c, 4 * GIB, Duration::from_secs(300))
+    };
+    let missing_dir = tmp("no-such-dir").join("out.json");
+    let dir = tmp("a_dir_not_a_file");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (flag, path, why) in [
+        ("--json", missing_dir.clone(), "cannot write"),
+        ("--plot", dir.clone(), "is a directory"),
+    ] {
+        let r = bench(flag, &path);
+        assert_eq!(r.code, Some(2), "{flag}: {}", r.text());
+        assert!(
+            r.stderr.contains(&format!("bench: {flag} {}: {why}", path.display())),
+            "{flag}: {}",
+            r.text()
+        );
+        // Refused before the first case: no progress line.
+        assert!(!r.stderr.contains("[   1/"), "{flag}: ran cases first: {}", r.text());
+    }
+    // A writable path still works, and nothing is left behind when the check creates it.
+    let json = tmp("bench_ok.json");
+    let _ = std::fs::remove_file(&json);
+    let r = bench("--json", &json);
+    assert_eq!(r.code, Some(0), "{}", r.text());
+    assert!(std::fs::read(&json).unwrap().starts_with(b"{"));
+}
