@@ -494,6 +494,17 @@ fn run(world: &World, edit: impl FnOnce(&mut World, &mut Params), entry: Entry) 
 
 type Edit = fn(&mut World, &mut Params);
 
+/// An edit that sets one field of one entry's params (`set!(Fold, flags = 1)`).
+macro_rules! set {
+    ($variant:ident, $field:ident = $value:expr) => {
+        |_: &mut World, p: &mut Params| {
+            if let Params::$variant(q, ..) = p {
+                q.$field = $value;
+            }
+        }
+    };
+}
+
 /// The named catalogue: (entry, what, edit, expected status, needle the message must contain).
 fn catalogue() -> Vec<(Entry, &'static str, Edit, replayssm_status, &'static str)> {
     use Entry::*;
@@ -686,44 +697,28 @@ fn catalogue() -> Vec<(Entry, &'static str, Edit, replayssm_status, &'static str
         (
             Verify,
             "ring window smaller than max_seqlen",
-            |_, p| {
-                if let Params::Verify(v) = p {
-                    v.window = 1;
-                }
-            },
+            set!(Verify, window = 1),
             INV,
             "window = 1 is smaller than max_seqlen = 2",
         ),
         (
             Fold,
             "huge num_layers",
-            |_, p| {
-                if let Params::Fold(f) = p {
-                    f.num_layers = 1 << 20;
-                }
-            },
+            set!(Fold, num_layers = 1 << 20),
             INV,
             "batch * num_layers = 2 * 1048576",
         ),
         (
             Fold,
             "V = 2^31 - 1",
-            |_, p| {
-                if let Params::Fold(f) = p {
-                    f.V = i32::MAX;
-                }
-            },
+            set!(Fold, V = i32::MAX),
             INV,
             "V (value head dim) = 2147483647, must be in 1..=65536",
         ),
         (
             Recurrent,
             "V = 2^31 - 1",
-            |_, p| {
-                if let Params::Recurrent(r) = p {
-                    r.V = i32::MAX;
-                }
-            },
+            set!(Recurrent, V = i32::MAX),
             INV,
             "V (value head dim) = 2147483647",
         ),
@@ -742,102 +737,48 @@ fn catalogue() -> Vec<(Entry, &'static str, Edit, replayssm_status, &'static str
             "state: ",
         ),
         // Item 11: non-zero flags / reserved, strides that overflow 64-bit addressing.
-        (
-            Recurrent,
-            "flags set",
-            |_, p| {
-                if let Params::Recurrent(r) = p {
-                    r.flags = 4;
-                }
-            },
-            INV,
-            "flags = 0x4",
-        ),
-        (
-            Verify,
-            "reserved set",
-            |_, p| {
-                if let Params::Verify(v) = p {
-                    v.reserved = 1;
-                }
-            },
-            INV,
-            "reserved = 1",
-        ),
-        (
-            Fold,
-            "flags set",
-            |_, p| {
-                if let Params::Fold(f) = p {
-                    f.flags = 1;
-                }
-            },
-            INV,
-            "flags = 0x1",
-        ),
+        (Recurrent, "flags set", set!(Recurrent, flags = 4), INV, "flags = 0x4"),
+        (Verify, "reserved set", set!(Verify, reserved = 1), INV, "reserved = 1"),
+        (Fold, "flags set", set!(Fold, flags = 1), INV, "flags = 0x1"),
         (
             Cursors,
             "flags set",
-            |_, p| {
-                if let Params::Cursors(c) = p {
-                    c.flags = 0x8000_0000;
-                }
-            },
+            set!(Cursors, flags = 0x8000_0000),
             INV,
             "flags = 0x80000000",
         ),
         (
             Decode,
             "reserved set",
-            |_, p| {
-                if let Params::Decode(d, _) = p {
-                    d.reserved = -1;
-                }
-            },
+            set!(Decode, reserved = -1),
             INV,
             "reserved = -1",
         ),
         (
             Recurrent,
             "q stride x tokens overflows",
-            |_, p| {
-                if let Params::Recurrent(r) = p {
-                    r.q_stride = i64::MAX / 2;
-                }
-            },
+            set!(Recurrent, q_stride = i64::MAX / 2),
             INV,
             "q: 4 rows of stride",
         ),
         (
             Decode,
             "o stride x rows overflows",
-            |_, p| {
-                if let Params::Decode(d, _) = p {
-                    d.o_stride = i64::MAX;
-                }
-            },
+            set!(Decode, o_stride = i64::MAX),
             INV,
             "o: 2 rows of stride",
         ),
         (
             Verify,
             "v stride x tokens wraps",
-            |_, p| {
-                if let Params::Verify(v) = p {
-                    v.v_stride = 1 << 62;
-                }
-            },
+            set!(Verify, v_stride = 1 << 62),
             INV,
             "v: 4 rows of stride 4611686018427387904",
         ),
         (
             Cursors,
             "batch huge",
-            |_, p| {
-                if let Params::Cursors(c) = p {
-                    c.batch = 1 << 20;
-                }
-            },
+            set!(Cursors, batch = 1 << 20),
             INV,
             "batch = 1048576",
         ),

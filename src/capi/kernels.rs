@@ -176,6 +176,28 @@ fn pool(batch: i32, num_slots: i32, num_layers: i32) -> Check {
     at_least(num_layers as i64, 1, "num_layers")
 }
 
+/// Reads and checks (EMULATED: host memory) the slots `[batch]` and cu_seqlens `[batch + 1]` of
+/// R and V; returns both.
+///
+/// # Safety
+/// The pointers cover those extents.
+unsafe fn token_rows(
+    slots: *const i32,
+    cu_seqlens: *const i32,
+    batch: i32,
+    num_slots: i32,
+    num_tokens: i32,
+    max_seqlen: i32,
+) -> Result<(Vec<i32>, Vec<i32>), Failure> {
+    let (slots, cu) = (
+        host_ints(slots, batch as usize),
+        host_ints(cu_seqlens, batch as usize + 1),
+    );
+    indices::slots("slots", &slots, num_slots)?;
+    indices::seqlens(&cu, num_tokens, max_seqlen)?;
+    Ok((slots, cu))
+}
+
 /// The pool and spec-ring extents of V, F and P (`[NL, NS, ...]`) fit 64-bit addressing.
 fn spec_extents<P: SpecDims>(p: &P, nl: i32, ns: i32, w: i32) -> Check {
     let (h, hv, k, v, variant, dtype) = p.dims();
@@ -313,14 +335,7 @@ pub unsafe extern "C" fn replayssm_recurrent(
         aligned16(backend, p.snapshots, "snapshots")?;
         if backend == Backend::Emulated {
             // SAFETY: the documented extents of slots [batch] and cu_seqlens [batch + 1].
-            let (slots, cu) = unsafe {
-                (
-                    host_ints(p.slots, p.batch as usize),
-                    host_ints(p.cu_seqlens, p.batch as usize + 1),
-                )
-            };
-            indices::slots("slots", &slots, p.num_slots)?;
-            indices::seqlens(&cu, p.num_tokens, p.max_seqlen)?;
+            unsafe { token_rows(p.slots, p.cu_seqlens, p.batch, p.num_slots, p.num_tokens, p.max_seqlen)? };
         }
         launch!(
             "recurrent",
@@ -386,14 +401,8 @@ pub unsafe extern "C" fn replayssm_verify(
         if backend == Backend::Emulated {
             // SAFETY: the documented extents of slots [batch], cu_seqlens [batch + 1] and
             // parent [num_tokens] (read only where the windows say, after they are checked).
-            let (slots, cu) = unsafe {
-                (
-                    host_ints(p.slots, p.batch as usize),
-                    host_ints(p.cu_seqlens, p.batch as usize + 1),
-                )
-            };
-            indices::slots("slots", &slots, p.num_slots)?;
-            indices::seqlens(&cu, p.num_tokens, p.max_seqlen)?;
+            let (slots, cu) =
+                unsafe { token_rows(p.slots, p.cu_seqlens, p.batch, p.num_slots, p.num_tokens, p.max_seqlen)? };
             if !p.parent.is_null() {
                 // SAFETY: as above.
                 let parent = unsafe { host_ints(p.parent, p.num_tokens as usize) };
