@@ -62,6 +62,11 @@ __global__ void __launch_bounds__(RowTiling::kThreads) decode_kernel(const rssm_
   const int hv = blockIdx.y, b = blockIdx.z;
   const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
   if (row0 >= p.V) return;  // a whole warp past the last row: no collective needs it
+  // The duplicate scan (a live slot shared with another row: both rows are skipped, their state
+  // and ring writes would race) comes first, while little else is live: placed after the other
+  // checks it made ptxas cap the registers of the KDA instantiations and spill.
+  const int slot = p.slots[b];
+  const bool dup = slot >= 0 && slot < p.num_slots && warp_find_other(p.slots, p.batch, b, slot);
   const int h = hv / (p.HV / p.H);
   const int kc = lane * EPL;
   const int L = p.cache_len;
@@ -71,15 +76,13 @@ __global__ void __launch_bounds__(RowTiling::kThreads) decode_kernel(const rssm_
   Act *o = static_cast<Act *>(p.o) + int64_t(b) * p.o_stride + int64_t(hv) * p.V + row0;
 
   // Device-side indices are checked, not trusted (under graph replay the host never saw them).
-  const int slot = p.slots[b];
   const bool reporter = row0 == 0 && lane == 0;
   bool skip = slot == -1;
   if (slot < -1 || slot >= p.num_slots) {
     if (reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
     skip = true;
   }
-  // A live slot shared with another row: both are skipped (their state and ring writes would race).
-  if (!skip && warp_find_other(p.slots, p.batch, b, slot)) {
+  if (!skip && dup) {
     if (reporter) report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
     skip = true;
   }
