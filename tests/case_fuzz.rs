@@ -7,6 +7,7 @@
 //!
 //! One test in this binary, so the counting allocator sees only the reader's allocations.
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -670,7 +671,11 @@ fn case_file_reader_survives_a_seeded_fuzz_campaign() {
     }
     drop(std::panic::take_hook());
     let secs = start.elapsed().as_secs_f64();
-    println!("case-file fuzz: {INPUTS} inputs, {crashes} crashes, {silent} silent accepts");
+    // Straight to stderr: the harness hides println! of a passing test.
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "case-file fuzz: {INPUTS} inputs, {crashes} crashes, {silent} silent accepts"
+    );
     println!(
         "  ({accepted} accepted, {unescaped} unescaped messages, peak allocation at most {worst_ratio:.2}x the input, {secs:.1} s, seed {SEED:#x})"
     );
