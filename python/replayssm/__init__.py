@@ -10,9 +10,11 @@ the status and a message naming the argument, its value and the limit.
 
 Device-side indices (slots, cu_seqlens, accept lengths, counts, cursors, positions, tree
 parents, track slots) are checked by the kernels, which skip the rows they cannot trust and set
-`DevErr` bits in an error word. On the host (emulated) backend every call reads that word: it
-passes a call-local word, ORs any bit set into your `error_word` (if given) and raises
-`DeviceIndexError` naming the bits. On CUDA nothing is read back (that would synchronise and
+`DevErr` bits in an error word. On the host (emulated) backend they are host memory, so the
+library checks them before launching and raises `InvalidArgument` naming the index (nothing is
+written); behind that, every call still reads the word: it passes a call-local word, ORs any bit
+set into your `error_word` (if given) and raises `DeviceIndexError` naming the bits. On CUDA
+nothing is read back (that would synchronise and
 break graph capture): pass an `error_word` and call `check_error_word(error_word)` after the
 stream (or the CUDA graph replay) has run; it raises `DeviceIndexError` and resets the word.
 Nothing is synchronised and nothing is allocated except the outputs you leave as None.
