@@ -494,6 +494,12 @@ fn run(world: &World, edit: impl FnOnce(&mut World, &mut Params), entry: Entry) 
 
 type Edit = fn(&mut World, &mut Params);
 
+/// An edit that puts both rows on the second row's live slot.
+fn same_slot(w: &mut World, _: &mut Params) {
+    let s = w.slots.body()[1];
+    w.slots.body_mut()[0] = s;
+}
+
 /// An edit that sets one field of one entry's params (`set!(Fold, flags = 1)`).
 macro_rules! set {
     ($variant:ident, $field:ident = $value:expr) => {
@@ -506,18 +512,26 @@ macro_rules! set {
 }
 
 /// The named catalogue: (entry, what, edit, expected status, needle the message must contain).
-fn catalogue() -> Vec<(Entry, &'static str, Edit, replayssm_status, &'static str)> {
+/// A catalogued bad input: entry, what, edit, expected status, needle of the message.
+type Named = (Entry, &'static str, Edit, replayssm_status, &'static str);
+
+fn catalogue() -> Vec<Named> {
     use Entry::*;
     const INV: replayssm_status = REPLAYSSM_ERR_INVALID_ARGUMENT;
-    vec![
-        // Item 1: duplicate and conflicting slots.
-        (
-            Fold,
-            "duplicate live slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
-            INV,
-            "slots[0] and slots[1] are both 1",
-        ),
+    // Item 1: duplicate and conflicting slots, on every entry.
+    let mut cases: Vec<Named> = ENTRIES
+        .iter()
+        .map(|&e| {
+            (
+                e,
+                "duplicate live slots",
+                same_slot as Edit,
+                INV,
+                "slots[0] and slots[1] are both 3",
+            )
+        })
+        .collect();
+    let rest: Vec<Named> = vec![
         (
             Fold,
             "track slot = another row's live slot",
@@ -541,48 +555,6 @@ fn catalogue() -> Vec<(Entry, &'static str, Edit, replayssm_status, &'static str
             },
             INV,
             "track_slots[0] and track_slots[1] are both 2",
-        ),
-        (
-            Recurrent,
-            "duplicate live slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
-            INV,
-            "slots[0] and slots[1] are both 3",
-        ),
-        (
-            Verify,
-            "duplicate live slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
-            INV,
-            "both 3",
-        ),
-        (
-            Replay,
-            "duplicate live slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
-            INV,
-            "both 3",
-        ),
-        (
-            Decode,
-            "duplicate live slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
-            INV,
-            "both 1",
-        ),
-        (
-            Materialize,
-            "duplicate live slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
-            INV,
-            "both 1",
-        ),
-        (
-            Cursors,
-            "duplicate live slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[2, 2]),
-            INV,
-            "both 2",
         ),
         // Item 2: a track step outside the committed steps.
         (
@@ -782,7 +754,9 @@ fn catalogue() -> Vec<(Entry, &'static str, Edit, replayssm_status, &'static str
             INV,
             "batch = 1048576",
         ),
-    ]
+    ];
+    cases.extend(rest);
+    cases
 }
 
 #[test]
@@ -810,52 +784,18 @@ fn every_catalogued_bad_input_is_refused_with_its_field_and_nothing_written() {
 /// The same index garbage given to the kernel layer (no host checks, as CUDA under graph replay)
 /// is flagged in the device error word, never written outside a buffer, and leaves the rows it
 /// skipped untouched.
-fn device_cases() -> Vec<(Entry, &'static str, Edit, u32)> {
+/// A device-side bad input: entry, what, edit, expected error-word bits.
+type Flagged = (Entry, &'static str, Edit, u32);
+
+fn device_cases() -> Vec<Flagged> {
     let dup = ffi::RSSM_DEVERR_DUPLICATE_SLOT;
     let step = ffi::RSSM_DEVERR_TRACK_STEP;
-    vec![
-        (
-            Entry::Recurrent,
-            "duplicate slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
-            dup,
-        ),
-        (
-            Entry::Verify,
-            "duplicate slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
-            dup,
-        ),
-        (
-            Entry::Fold,
-            "duplicate slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
-            dup,
-        ),
-        (
-            Entry::Replay,
-            "duplicate slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[3, 3]),
-            dup,
-        ),
-        (
-            Entry::Decode,
-            "duplicate slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
-            dup,
-        ),
-        (
-            Entry::Materialize,
-            "duplicate slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
-            dup,
-        ),
-        (
-            Entry::Cursors,
-            "duplicate slots",
-            |w, _| w.slots.body_mut().copy_from_slice(&[1, 1]),
-            dup,
-        ),
+    // Every entry, its two rows on one live slot (3).
+    let mut cases: Vec<Flagged> = ENTRIES
+        .iter()
+        .map(|&e| (e, "duplicate slots", same_slot as Edit, dup))
+        .collect();
+    let rest: Vec<Flagged> = vec![
         (
             Entry::Fold,
             "track slot = a live slot",
@@ -889,7 +829,9 @@ fn device_cases() -> Vec<(Entry, &'static str, Edit, u32)> {
             |w, _| w.slots.body_mut()[0] = -1,
             step,
         ),
-    ]
+    ];
+    cases.extend(rest);
+    cases
 }
 
 #[test]

@@ -17,25 +17,17 @@ pub(super) unsafe fn host_ints(p: *const i32, n: usize) -> Vec<i32> {
     (0..n).map(|i| std::ptr::read_unaligned(p.add(i))).collect()
 }
 
-/// `slots[b]` in -1..num_slots, and every live slot used by one row only (two rows on one slot
-/// would race on its state, ring or cursor).
-pub(super) fn slots(field: &str, slots: &[i32], num_slots: i32) -> Check {
-    let mut first = std::collections::HashMap::new();
-    for (b, &s) in slots.iter().enumerate() {
-        if s < -1 || s >= num_slots {
-            return Err(Failure::invalid(format!(
-                "{field}[{b}] = {s} is out of range: -1 (null row) or 0..{num_slots} (num_slots)"
-            )));
-        }
-        if s >= 0 {
-            if let Some(a) = first.insert(s, b) {
-                return Err(Failure::invalid(format!(
-                    "{field}[{a}] and {field}[{b}] are both {s}: live slots in one launch must be distinct"
-                )));
-            }
-        }
-    }
-    Ok(())
+/// Reads `slots [batch]` from caller memory and checks them with the Rust API's own rule
+/// ([`crate::problem::check_slots`]: each in -1..num_slots, every live slot used by one row only,
+/// since two rows on one slot would race on its state, ring or cursor).
+///
+/// # Safety
+/// `p` points to `batch` readable i32.
+pub(super) unsafe fn live_slots(p: *const i32, batch: i32, num_slots: i32) -> Result<Vec<i32>, Failure> {
+    let slots = host_ints(p, batch as usize);
+    crate::problem::check_slots(&slots, slots.len(), num_slots as usize)
+        .map_err(|e| Failure::invalid(e.to_string()))?;
+    Ok(slots)
 }
 
 /// cu_seqlens `[batch + 1]` as the kernels read it: every request's tokens inside
@@ -170,9 +162,11 @@ mod tests {
 
     #[test]
     fn each_rule_names_the_field_its_index_value_and_limit() {
-        assert!(msg(slots("slots", &[1, 1], 4)).contains("slots[0] and slots[1] are both 1"));
-        assert!(msg(slots("slots", &[0, 4], 4)).contains("slots[1] = 4 is out of range"));
-        assert!(slots("slots", &[-1, -1, 2], 4).is_ok());
+        // SAFETY (live_slots): each array holds the batch given.
+        let live = |s: &[i32]| msg(unsafe { live_slots(s.as_ptr(), s.len() as i32, 4) }.map(|_| ()));
+        assert!(live(&[1, 1]).contains("slots[0] and slots[1] are both 1"));
+        assert!(live(&[0, 4]).contains("slots[1] = 4 is out of range"));
+        assert!(live(&[-1, -1, 2]).is_empty());
         assert!(msg(seqlens(&[0, 3, 2], 3, 4)).contains("cu_seqlens[1..=2] = 3..2"));
         assert!(msg(seqlens(&[0, 5], 5, 4)).contains("more than max_seqlen = 4"));
         assert!(msg(parents(&[-1, 1], &[0, 2], &[0])).contains("parent[1] = 1"));

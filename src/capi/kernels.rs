@@ -189,11 +189,8 @@ unsafe fn token_rows(
     num_tokens: i32,
     max_seqlen: i32,
 ) -> Result<(Vec<i32>, Vec<i32>), Failure> {
-    let (slots, cu) = (
-        host_ints(slots, batch as usize),
-        host_ints(cu_seqlens, batch as usize + 1),
-    );
-    indices::slots("slots", &slots, num_slots)?;
+    let slots = indices::live_slots(slots, batch, num_slots)?;
+    let cu = host_ints(cu_seqlens, batch as usize + 1);
     indices::seqlens(&cu, num_tokens, max_seqlen)?;
     Ok((slots, cu))
 }
@@ -468,8 +465,7 @@ pub unsafe extern "C" fn replayssm_fold(
             let b = p.batch as usize;
             // SAFETY: the documented extents: slots, accept_lens, track_* [batch], accept_paths
             // [batch, path_width].
-            let slots = unsafe { host_ints(p.slots, b) };
-            indices::slots("slots", &slots, p.num_slots)?;
+            let slots = unsafe { indices::live_slots(p.slots, p.batch, p.num_slots)? };
             let lens = if p.accept_paths.is_null() {
                 // SAFETY: as above.
                 let lens = unsafe { host_ints(p.accept_lens, b) };
@@ -511,11 +507,10 @@ pub unsafe extern "C" fn replayssm_replay(
             // SAFETY: the documented extents of slots and counts, [batch] each.
             let (slots, counts) = unsafe {
                 (
-                    host_ints(p.slots, p.batch as usize),
+                    indices::live_slots(p.slots, p.batch, p.num_slots)?,
                     host_ints(p.counts, p.batch as usize),
                 )
             };
-            indices::slots("slots", &slots, p.num_slots)?;
             indices::lengths("counts", &counts, &slots, p.window)?;
         }
         launch!("replay", backend, rssm_replay, rssm_emu_replay, p.kernel(), stream)
@@ -545,11 +540,10 @@ fn check_decode_ring(p: &replayssm_decode_params, backend: Backend) -> Check {
         // SAFETY: the documented extents of slots and positions, [batch] each.
         let (slots, pos) = unsafe {
             (
-                host_ints(p.slots, p.batch as usize),
+                indices::live_slots(p.slots, p.batch, p.num_slots)?,
                 host_ints(p.positions, p.batch as usize),
             )
         };
-        indices::slots("slots", &slots, p.num_slots)?;
         indices::positions("positions", &pos, &slots, p.cache_len)?;
     }
     Ok(())
@@ -635,8 +629,7 @@ pub unsafe extern "C" fn replayssm_decode_cursors(
         if backend == Backend::Emulated {
             let b = p.batch as usize;
             // SAFETY: the documented extents: slots and positions [batch], cursors [num_slots].
-            let slots = unsafe { host_ints(p.slots, b) };
-            indices::slots("slots", &slots, p.num_slots)?;
+            let slots = unsafe { indices::live_slots(p.slots, p.batch, p.num_slots)? };
             if p.op == replayssm_cursor_op::REPLAYSSM_CURSOR_SNAPSHOT as i32 {
                 // SAFETY: as above; only live rows' cursors are read.
                 let cur: Vec<i32> = slots
