@@ -205,6 +205,8 @@ fn build_cuda(root: &Path, out: &Path, nvcc: &Path, kernels: &[PathBuf]) -> Cuda
         println!("cargo:rustc-link-lib=dylib={l}");
     }
     println!("cargo:rustc-cfg=replayssm_cuda");
+    // DEP_REPLAYSSM_CUDA for crates that link this one (the tools' build.rs sets the same cfg).
+    println!("cargo:cuda=1");
     CudaBuild {
         version,
         archs,

@@ -74,7 +74,7 @@ fn probe() -> Result<DeviceInfo, String> {
 }
 
 #[cfg(replayssm_cuda)]
-pub(crate) fn error_string(code: i32) -> String {
+pub fn error_string(code: i32) -> String {
     // SAFETY: cudaGetErrorString returns a static NUL-terminated string for any code.
     unsafe { std::ffi::CStr::from_ptr(crate::ffi::rssm_cuda_error_string(code)) }
         .to_string_lossy()
@@ -82,7 +82,7 @@ pub(crate) fn error_string(code: i32) -> String {
 }
 
 #[cfg(replayssm_cuda)]
-pub(crate) fn check(call: &'static str, code: i32) -> Result<()> {
+pub fn check(call: &'static str, code: i32) -> Result<()> {
     if code == 0 {
         Ok(())
     } else {
@@ -96,7 +96,7 @@ pub(crate) fn check(call: &'static str, code: i32) -> Result<()> {
 
 /// A device allocation of `bytes` bytes, freed on drop.
 #[cfg(replayssm_cuda)]
-pub(crate) struct DeviceBuffer {
+pub struct DeviceBuffer {
     ptr: *mut std::ffi::c_void,
     bytes: usize,
 }
@@ -143,7 +143,7 @@ impl Drop for DeviceBuffer {
 }
 
 #[cfg(replayssm_cuda)]
-pub(crate) fn synchronize() -> Result<()> {
+pub fn synchronize() -> Result<()> {
     // SAFETY: no arguments.
     check("cudaDeviceSynchronize", unsafe { crate::ffi::rssm_cuda_synchronize() })
 }

@@ -168,7 +168,8 @@ impl ActBuffer {
         self.view_mut(0, tokens, row, row)
     }
 
-    pub(crate) fn set(&mut self, i: usize, x: f32) {
+    /// Element `i`, rounded to the buffer's dtype.
+    pub fn set(&mut self, i: usize, x: f32) {
         match self {
             ActBuffer::F32(v) => v[i] = x,
             ActBuffer::F16(v) => v[i] = f16::from_f32(x),
@@ -177,23 +178,17 @@ impl ActBuffer {
     }
 }
 
-/// Plain-old-data element types that may be viewed as bytes.
-pub(crate) trait Pod: Copy + 'static {}
-impl Pod for f32 {}
-impl Pod for f16 {}
-impl Pod for bf16 {}
-impl Pod for i32 {}
-impl Pod for u32 {}
-impl Pod for u8 {}
+/// Plain-old-data element types that may be viewed as bytes (bytemuck's, with half's f16/bf16).
+pub use bytemuck::Pod;
 
-pub(crate) fn bytes_of<T: Pod>(v: &[T]) -> &[u8] {
-    // SAFETY: T is plain old data without padding; the byte view covers exactly the slice.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+/// The bytes of a slice of plain old data.
+pub fn bytes_of<T: Pod>(v: &[T]) -> &[u8] {
+    bytemuck::cast_slice(v)
 }
 
-pub(crate) fn bytes_of_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
-    // SAFETY: as above; every bit pattern is a valid T for these types.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
+/// The bytes of a mutable slice of plain old data (every bit pattern is a valid `T`).
+pub fn bytes_of_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(v)
 }
 
 /// A strided read-only view of activations: `tokens` rows of `row` elements, row `t` starting

@@ -1,76 +1,95 @@
-//! The engine flags as SGLang spells them (`--enable-linear-replayssm-spec`, ...), parsed with
-//! clap: shared by `replayssm validate` and the C ABI's `replayssm_validate_config`, so an engine
-//! can hand over its own server arguments unchanged.
+//! The engine flags as SGLang spells them (`--enable-linear-replayssm-spec`, ...), parsed into
+//! [`EngineFlags`]: the one parser behind `replayssm validate`, the C ABI's
+//! `replayssm_validate_config` and Python's `validate_config`, so an engine can hand over its own
+//! server arguments unchanged. Every other flag is refused by name.
 
-use crate::config::{EngineFlags, KernelFamily, PoolRole, RadixCacheStrategy, SpecAlgorithm, StateDtype, VerifyLayout};
-use crate::problem::Variant;
+use std::str::FromStr;
 
-/// The ReplaySSM-relevant server flags; every other flag is refused by the parser.
-#[derive(clap::Args, Clone, Debug)]
-pub struct EngineArgs {
-    #[arg(long)]
-    pub enable_linear_replayssm: bool,
-    #[arg(long)]
-    pub enable_linear_replayssm_spec: bool,
-    #[arg(long, allow_negative_numbers = true)]
-    pub linear_replayssm_cache_len: Option<i64>,
-    #[arg(long, default_value = "null")]
-    pub disaggregation_mode: PoolRole,
-    #[arg(long, default_value = "no_buffer")]
-    pub mamba_radix_cache_strategy: RadixCacheStrategy,
-    #[arg(long)]
-    pub speculative_algorithm: Option<SpecAlgorithm>,
-    #[arg(long, allow_negative_numbers = true)]
-    pub speculative_eagle_topk: Option<i64>,
-    #[arg(long, allow_negative_numbers = true)]
-    pub speculative_num_draft_tokens: Option<i64>,
-    #[arg(long, default_value = "triton")]
-    pub linear_attn_decode_backend: String,
-    #[arg(long)]
-    pub linear_attn_verify_backend: Option<String>,
-    #[arg(long)]
-    pub mamba_ssm_dtype: Option<StateDtype>,
-    #[arg(long, default_value = "static")]
-    pub ragged_verify_mode: VerifyLayout,
-    #[arg(long, default_value = "gdn")]
-    pub linear_attn_kind: Variant,
+use crate::config::{EngineFlags, KernelFamily};
+
+/// Every flag the parser takes: (name, takes a value).
+pub const ENGINE_FLAGS: [(&str, bool); 13] = [
+    ("--enable-linear-replayssm", false),
+    ("--enable-linear-replayssm-spec", false),
+    ("--linear-replayssm-cache-len", true),
+    ("--disaggregation-mode", true),
+    ("--mamba-radix-cache-strategy", true),
+    ("--speculative-algorithm", true),
+    ("--speculative-eagle-topk", true),
+    ("--speculative-num-draft-tokens", true),
+    ("--linear-attn-decode-backend", true),
+    ("--linear-attn-verify-backend", true),
+    ("--mamba-ssm-dtype", true),
+    ("--ragged-verify-mode", true),
+    ("--linear-attn-kind", true),
+];
+
+fn value<T: FromStr>(flag: &str, v: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    v.parse::<T>()
+        .map_err(|e| format!("invalid value '{v}' for '{flag} <VALUE>': {e}"))
 }
 
-impl EngineArgs {
-    /// Parses flags (without a program name), e.g. `["--enable-linear-replayssm-spec"]`.
-    pub fn parse<I, S>(args: I) -> Result<EngineArgs, String>
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<std::ffi::OsString> + Clone,
-    {
-        use clap::{FromArgMatches, Parser};
-        #[derive(Parser)]
-        #[command(name = "engine flags", no_binary_name = true, disable_help_flag = true)]
-        struct Wrapper {
-            #[command(flatten)]
-            args: EngineArgs,
+/// Parses flags (without a program name), e.g. `["--enable-linear-replayssm-spec"]`; both
+/// `--flag value` and `--flag=value`. Unset flags keep SGLang's defaults.
+pub fn parse_engine_args<S: AsRef<str>>(args: &[S]) -> Result<EngineFlags, String> {
+    let mut f = EngineFlags::default();
+    let mut seen: Vec<&str> = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].as_ref();
+        i += 1;
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v)),
+            _ => (arg, None),
+        };
+        let Some(&(flag, takes_value)) = ENGINE_FLAGS.iter().find(|(n, _)| *n == name) else {
+            return Err(format!(
+                "unexpected argument '{arg}' (the ReplaySSM engine flags are: {})",
+                ENGINE_FLAGS.map(|(n, _)| n).join(", ")
+            ));
+        };
+        if seen.contains(&flag) {
+            return Err(format!("the argument '{flag}' cannot be used multiple times"));
         }
-        let m = <Wrapper as clap::CommandFactory>::command()
-            .try_get_matches_from(args)
-            .map_err(|e| e.render().to_string().trim_end().to_string())?;
-        Wrapper::from_arg_matches(&m).map(|w| w.args).map_err(|e| e.to_string())
-    }
-
-    pub fn flags(&self) -> EngineFlags {
-        EngineFlags {
-            enable_linear_replayssm: self.enable_linear_replayssm,
-            enable_linear_replayssm_spec: self.enable_linear_replayssm_spec,
-            linear_replayssm_cache_len: self.linear_replayssm_cache_len,
-            disaggregation_mode: self.disaggregation_mode,
-            mamba_radix_cache_strategy: self.mamba_radix_cache_strategy,
-            speculative_algorithm: self.speculative_algorithm,
-            speculative_eagle_topk: self.speculative_eagle_topk,
-            speculative_num_draft_tokens: self.speculative_num_draft_tokens,
-            linear_attn_decode_backend: KernelFamily::parse(&self.linear_attn_decode_backend),
-            linear_attn_verify_backend: self.linear_attn_verify_backend.as_deref().map(KernelFamily::parse),
-            mamba_ssm_dtype: self.mamba_ssm_dtype,
-            ragged_verify_mode: self.ragged_verify_mode,
-            linear_attn_kind: self.linear_attn_kind,
+        seen.push(flag);
+        if !takes_value {
+            if let Some(v) = inline {
+                return Err(format!("unexpected value '{v}' for '{flag}': it takes none"));
+            }
+            match flag {
+                "--enable-linear-replayssm" => f.enable_linear_replayssm = true,
+                _ => f.enable_linear_replayssm_spec = true,
+            }
+            continue;
+        }
+        let v = match inline {
+            Some(v) => v,
+            None if i < args.len() => {
+                i += 1;
+                args[i - 1].as_ref()
+            }
+            None => {
+                return Err(format!(
+                    "a value is required for '{flag} <VALUE>' but none was supplied"
+                ))
+            }
+        };
+        match flag {
+            "--linear-replayssm-cache-len" => f.linear_replayssm_cache_len = Some(value(flag, v)?),
+            "--disaggregation-mode" => f.disaggregation_mode = value(flag, v)?,
+            "--mamba-radix-cache-strategy" => f.mamba_radix_cache_strategy = value(flag, v)?,
+            "--speculative-algorithm" => f.speculative_algorithm = Some(value(flag, v)?),
+            "--speculative-eagle-topk" => f.speculative_eagle_topk = Some(value(flag, v)?),
+            "--speculative-num-draft-tokens" => f.speculative_num_draft_tokens = Some(value(flag, v)?),
+            "--linear-attn-decode-backend" => f.linear_attn_decode_backend = KernelFamily::parse(v),
+            "--linear-attn-verify-backend" => f.linear_attn_verify_backend = Some(KernelFamily::parse(v)),
+            "--mamba-ssm-dtype" => f.mamba_ssm_dtype = Some(value(flag, v)?),
+            "--ragged-verify-mode" => f.ragged_verify_mode = value(flag, v)?,
+            _ => f.linear_attn_kind = value(flag, v)?,
         }
     }
+    Ok(f)
 }

@@ -11,24 +11,19 @@
 //! [`decode::DecodeRing`]. C ABI for other engines: [`capi`] (header `include/replayssm.h`).
 
 pub mod backend;
-pub mod bench;
 pub mod build_info;
 pub mod capi;
-pub mod case;
 pub mod config;
 pub mod cuda;
 pub mod decode;
-pub mod demo;
 pub mod dtype;
 pub mod emulator;
 pub mod engine_args;
 pub mod error;
 pub mod ffi;
-pub mod floor;
 pub mod interop;
 mod launch;
 pub mod numerics;
-pub mod occupancy;
 pub mod pool;
 pub mod problem;
 pub mod recurrent;
@@ -36,7 +31,6 @@ pub mod reference;
 pub mod ring;
 pub mod spec;
 pub mod tree;
-pub mod workload;
 
 pub use backend::Backend;
 pub use config::{resolve, EngineFlags, GateError, ResolvedConfig};

@@ -129,7 +129,7 @@ pub enum Gate<'a> {
     },
 }
 
-pub(crate) fn check_view(tensor: &'static str, view: &ActView<'_>, tokens: usize, row: usize) -> Result<()> {
+pub fn check_view(tensor: &'static str, view: &ActView<'_>, tokens: usize, row: usize) -> Result<()> {
     check_strided(
         tensor,
         view.buf.len(),
@@ -142,7 +142,7 @@ pub(crate) fn check_view(tensor: &'static str, view: &ActView<'_>, tokens: usize
     )
 }
 
-pub(crate) fn check_view_mut(tensor: &'static str, view: &ActViewMut<'_>, tokens: usize, row: usize) -> Result<()> {
+pub fn check_view_mut(tensor: &'static str, view: &ActViewMut<'_>, tokens: usize, row: usize) -> Result<()> {
     check_strided(
         tensor,
         view.buf.len(),
@@ -191,7 +191,7 @@ fn check_strided(
     Ok(())
 }
 
-pub(crate) fn check_len(tensor: &'static str, len: usize, expected: usize, shape: String) -> Result<()> {
+pub fn check_len(tensor: &'static str, len: usize, expected: usize, shape: String) -> Result<()> {
     if len != expected {
         return Err(Error::Shape {
             tensor,
@@ -202,7 +202,7 @@ pub(crate) fn check_len(tensor: &'static str, len: usize, expected: usize, shape
     Ok(())
 }
 
-pub(crate) fn check_dtype(tensor: &'static str, got: DType, expected: DType) -> Result<()> {
+pub fn check_dtype(tensor: &'static str, got: DType, expected: DType) -> Result<()> {
     if got != expected {
         return Err(Error::DType { tensor, expected, got });
     }
@@ -211,7 +211,7 @@ pub(crate) fn check_dtype(tensor: &'static str, got: DType, expected: DType) -> 
 
 /// Checks `cu_seqlens` (`[B+1]`, starts at 0, non-decreasing, ends at `num_tokens`); returns
 /// `(batch, max_seqlen)`.
-pub(crate) fn check_seqlens(cu: &[i32], num_tokens: usize) -> Result<(usize, usize)> {
+pub fn check_seqlens(cu: &[i32], num_tokens: usize) -> Result<(usize, usize)> {
     if cu.len() < 2 {
         return Err(Error::SeqLens(format!("needs B + 1 >= 2 entries, got {}", cu.len())));
     }
@@ -244,7 +244,7 @@ pub(crate) fn check_seqlens(cu: &[i32], num_tokens: usize) -> Result<(usize, usi
 }
 
 /// Checks slot indices: `-1` or `0..num_slots`, live slots distinct.
-pub(crate) fn check_slots(slots: &[i32], batch: usize, num_slots: usize) -> Result<()> {
+pub fn check_slots(slots: &[i32], batch: usize, num_slots: usize) -> Result<()> {
     if slots.len() != batch {
         return Err(Error::Shape {
             tensor: "slots",

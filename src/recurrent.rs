@@ -64,7 +64,7 @@ pub struct RecurrentPlan {
 pub const KERNEL_HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
 /// The kernels (not the reference) are compiled for K in [`KERNEL_HEAD_DIMS`] only.
-pub(crate) fn check_kernel_head_dim(backend: Backend, k: usize) -> Result<()> {
+pub fn check_kernel_head_dim(backend: Backend, k: usize) -> Result<()> {
     if backend != Backend::Reference && !KERNEL_HEAD_DIMS.contains(&k) {
         return Err(Error::Unsupported {
             backend,
@@ -77,7 +77,7 @@ pub(crate) fn check_kernel_head_dim(backend: Backend, k: usize) -> Result<()> {
 
 /// Token-input checks shared by kernels R and V: head dims, views, dtypes, gate, `cu_seqlens`.
 /// Returns `(num_tokens, batch, max_seqlen)`.
-pub(crate) fn validate_tokens(
+pub fn validate_tokens(
     backend: Backend,
     inp: &RecurrentInputs<'_>,
     o: &ActViewMut<'_>,

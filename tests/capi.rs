@@ -12,8 +12,8 @@ use common::{bits_equal, say, spec};
 use replayssm::capi::*;
 use replayssm::config::{resolve, EngineFlags};
 use replayssm::spec::{fold, verify};
-use replayssm::workload::{GateData, RecurrentData};
 use replayssm::{ActBuffer, Backend, CheckpointPool, DType, HeadDims, RecurrentOutputs, SpecRing, Variant};
+use replayssm_tools::workload::{GateData, RecurrentData};
 
 const EMU: i32 = replayssm_backend::REPLAYSSM_BACKEND_EMULATED as i32;
 const CUDA: i32 = replayssm_backend::REPLAYSSM_BACKEND_CUDA as i32;

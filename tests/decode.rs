@@ -9,14 +9,14 @@ mod common;
 
 use common::{bits_equal, gpu_available, output_tolerance, run, say, spec, STATE_TOLERANCE};
 use replayssm::config::{resolve, EngineFlags, GateError, Mode, PoolRole};
-use replayssm::decode::{decode_sequence, SequenceRun};
 use replayssm::numerics::compare;
 use replayssm::reference;
-use replayssm::workload::RecurrentData;
 use replayssm::{
     decode, materialize, ActBuffer, Backend, CheckpointPool, DType, DecodeInputs, DecodeRing, Error, ForceFlush, Gate,
     HeadDims, Variant,
 };
+use replayssm_tools::sequence::{decode_sequence, SequenceRun};
+use replayssm_tools::workload::RecurrentData;
 
 const SMALL: HeadDims = HeadDims {
     h: 1,
@@ -565,7 +565,7 @@ fn cuda_decode_is_bit_identical_to_cuda_recurrent() {
 #[test]
 fn garbage_device_slots_and_cursors_are_skipped_and_stay_inside_the_buffers() {
     use replayssm::ffi;
-    use replayssm::workload::GateData;
+    use replayssm_tools::workload::GateData;
     let d = SMALL;
     let (ns, l, guard) = (3usize, 4usize, 1024usize);
     let data = data(Variant::Gdn, d, DType::F32, &[1, 1], seed() + 1000);

@@ -5,8 +5,8 @@ mod common;
 
 use common::spec;
 use replayssm::ffi;
-use replayssm::workload::{GateData, RecurrentData};
 use replayssm::{ActBuffer, DType, HeadDims, Variant};
+use replayssm_tools::workload::{GateData, RecurrentData};
 
 struct Launch {
     data: RecurrentData,

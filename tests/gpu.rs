@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use replayssm::backend::Backend;
-use replayssm::workload::RecurrentData;
 use replayssm::{DType, HeadDims, Variant};
+use replayssm_tools::workload::RecurrentData;
 
 const SHAPES: &[(HeadDims, &[usize])] = &[
     (

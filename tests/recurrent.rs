@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use replayssm::backend::Backend;
-use replayssm::workload::{GateData, RecurrentData};
 use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
+use replayssm_tools::workload::{GateData, RecurrentData};
 
 const SHAPES: &[(HeadDims, &[usize])] = &[
     (

@@ -13,8 +13,8 @@ use replayssm::numerics::compare;
 use replayssm::reference;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::{fold, replay, track_step, Track};
-use replayssm::workload::RecurrentData;
 use replayssm::{ActBuffer, CheckpointPool, DType, Error, HeadDims, RecurrentOutputs, Variant};
+use replayssm_tools::workload::RecurrentData;
 
 #[test]
 fn verify_matches_f64_reference_for_every_window_length() {
@@ -528,7 +528,7 @@ fn fold_of_a_garbage_device_slot_is_skipped_and_stays_inside_the_pool() {
 #[test]
 fn verify_of_a_garbage_device_slot_is_skipped_and_writes_no_ring_outside_its_buffers() {
     use replayssm::ffi;
-    use replayssm::workload::GateData;
+    use replayssm_tools::workload::GateData;
     let (data, shape, pool, _) = small();
     let d = shape.dims;
     let n = data.num_tokens();

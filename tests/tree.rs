@@ -15,8 +15,8 @@ use replayssm::reference;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::Track;
 use replayssm::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree, MAX_TREE_NODES};
-use replayssm::workload::{GateData, RecurrentData, TreeShape};
 use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
+use replayssm_tools::workload::{GateData, RecurrentData, TreeShape};
 
 /// The tokens of request `r`'s root path to node `i`, as a one-request workload.
 fn path_workload(data: &RecurrentData, tree: &DraftTree, r: usize, path: &[usize]) -> RecurrentData {

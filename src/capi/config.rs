@@ -5,7 +5,7 @@ use std::ffi::{c_char, CStr};
 
 use super::{guard, replayssm_status, Failure};
 use crate::config::resolve;
-use crate::engine_args::EngineArgs;
+use crate::engine_args::parse_engine_args;
 
 /// Copies `text` into `out` (capacity `len`, always NUL-terminated, truncated if needed).
 unsafe fn write_out(out: *mut c_char, len: usize, text: &str) {
@@ -51,11 +51,11 @@ pub unsafe extern "C" fn replayssm_validate_config(
                 .map_err(|_| Failure::invalid(format!("argv[{i}] is not UTF-8")))?;
             args.push(s.to_string());
         }
-        let parsed = EngineArgs::parse(&args).map_err(|e| {
+        let parsed = parse_engine_args(&args).map_err(|e| {
             text = e.clone();
             Failure::invalid(e)
         })?;
-        match resolve(&parsed.flags()) {
+        match resolve(&parsed) {
             Ok(cfg) => {
                 text = cfg.to_string();
                 if !text.ends_with('\n') {

@@ -3,34 +3,14 @@
 
 pub mod spec_chain;
 
-use std::io::Write;
-
 use replayssm::backend::Backend;
 use replayssm::numerics::{compare, Comparison, Tolerance};
 use replayssm::reference;
-use replayssm::workload::{RecurrentData, WorkloadSpec};
 use replayssm::{ActBuffer, DType, HeadDims, RecurrentOutputs, Variant};
+use replayssm_tools::workload::{RecurrentData, WorkloadSpec};
 
-/// Prints past the test harness's capture, so a skip is visible in `cargo test` output.
-pub fn say(msg: &str) {
-    // Own line even when the harness has just printed "test name ... ".
-    let _ = writeln!(std::io::stderr().lock(), "\n{msg}");
-}
-
-/// `true` when the Cuda backend can run. Otherwise prints why and returns `false`, or panics
-/// when `REPLAYSSM_REQUIRE_GPU=1` (a lent GPU machine must not skip).
-pub fn gpu_available(test: &str) -> bool {
-    match Backend::Cuda.availability() {
-        Ok(()) => true,
-        Err(why) => {
-            if std::env::var("REPLAYSSM_REQUIRE_GPU").as_deref() == Ok("1") {
-                panic!("{test}: REPLAYSSM_REQUIRE_GPU=1 but no GPU is usable: {why}");
-            }
-            say(&format!("SKIPPED {test}: no usable GPU: {why}"));
-            false
-        }
-    }
-}
+#[allow(unused_imports)]
+pub use replayssm_tools::testing::{gpu_available, say};
 
 /// Per-dtype tolerances of kernel-R outputs against f64. Outputs are stored in the act dtype,
 /// so its rounding (bf16: 2^-8 relative) dominates; the state is always f32.

@@ -7,8 +7,8 @@ use replayssm::dtype::ActViewMut;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::{fold, replay, verify, Track};
 use replayssm::tree::{verify_tree, DraftTree};
-use replayssm::workload::RecurrentData;
 use replayssm::{ActBuffer, CheckpointPool, DType, HeadDims, RecurrentOutputs, Variant};
+use replayssm_tools::workload::RecurrentData;
 
 use super::{bits_equal, prefix, spec};
 

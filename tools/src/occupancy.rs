@@ -2,7 +2,7 @@
 //! and static shared memory, the launch layer's block size and dynamic shared memory, and the
 //! per-SM limits of the target, as the CUDA occupancy calculator combines them. No device needed.
 
-use crate::build_info::{kernel_resources, KernelResources};
+use replayssm::build_info::{kernel_resources, KernelResources};
 
 /// Per-SM resources of one architecture (CUDA Programming Guide, "Compute capabilities").
 #[derive(Clone, Copy, Debug)]
@@ -104,9 +104,9 @@ pub fn launch_of(kernel: &str) -> Option<KernelLaunch> {
         "cursors_kernel" => (first, 0),
         "verify_kernel" => {
             let kda = args.get(2).map(String::as_str) == Some("true");
-            let t = crate::spec::MAX_VERIFY_WINDOW as i32;
+            let t = replayssm::spec::MAX_VERIFY_WINDOW as i32;
             // SAFETY: pure arithmetic in the launch layer (the formula verify.cu launches with).
-            let bytes = unsafe { crate::ffi::rssm_verify_smem_bytes(t, 32 * first as i32, kda as i32) };
+            let bytes = unsafe { replayssm::ffi::rssm_verify_smem_bytes(t, 32 * first as i32, kda as i32) };
             (ROW_TILING_THREADS, u32::try_from(bytes).ok()?)
         }
         _ => (ROW_TILING_THREADS, 0),

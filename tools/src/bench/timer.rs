@@ -75,13 +75,16 @@ pub(crate) use device::*;
 #[cfg(replayssm_cuda)]
 mod device {
     use super::*;
-    use crate::ffi;
+    use replayssm::ffi;
 
     fn check(call: &str, code: i32) -> Result<(), String> {
         if code == 0 {
             Ok(())
         } else {
-            Err(format!("{call} failed: {} ({code})", crate::cuda::error_string(code)))
+            Err(format!(
+                "{call} failed: {} ({code})",
+                replayssm::cuda::error_string(code)
+            ))
         }
     }
 
@@ -265,8 +268,8 @@ mod device {
     /// Device-to-device copy bandwidth in bytes per second (bytes read plus bytes written), from
     /// the median of `samples` copies of `bytes` bytes.
     pub(crate) fn copy_bandwidth(bytes: usize, samples: usize) -> Result<f64, String> {
-        let src = crate::cuda::DeviceBuffer::new(bytes).map_err(|e| e.to_string())?;
-        let dst = crate::cuda::DeviceBuffer::new(bytes).map_err(|e| e.to_string())?;
+        let src = replayssm::cuda::DeviceBuffer::new(bytes).map_err(|e| e.to_string())?;
+        let dst = replayssm::cuda::DeviceBuffer::new(bytes).map_err(|e| e.to_string())?;
         // SAFETY: `bytes` bytes of src; not zeros (METHOD.md), though a copy does not care.
         check("cudaMemset", unsafe {
             ffi::rssm_cuda_memset(src.ptr(), 0x5a, bytes as u64)

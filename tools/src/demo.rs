@@ -7,19 +7,19 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::Backend;
-use crate::config::{resolve, EngineFlags};
-use crate::dtype::{ActBuffer, DType};
-use crate::error::Result;
 use crate::floor::{decode_step_bytes, ring_record_bytes, step_bytes};
-use crate::numerics::{compare, Tolerance};
-use crate::pool::CheckpointPool;
-use crate::problem::{HeadDims, Variant};
-use crate::recurrent::{recurrent, RecurrentOutputs};
-use crate::reference;
-use crate::ring::{RingShape, SpecRing};
-use crate::spec::{fold, verify};
 use crate::workload::{RecurrentData, WorkloadSpec};
+use replayssm::backend::Backend;
+use replayssm::config::{resolve, EngineFlags};
+use replayssm::dtype::{ActBuffer, DType};
+use replayssm::error::Result;
+use replayssm::numerics::{compare, Tolerance};
+use replayssm::pool::CheckpointPool;
+use replayssm::problem::{HeadDims, Variant};
+use replayssm::recurrent::{recurrent, RecurrentOutputs};
+use replayssm::reference;
+use replayssm::ring::{RingShape, SpecRing};
+use replayssm::spec::{fold, verify};
 
 /// The shapes the byte models are printed for: the demo's own and a Qwen3-Next-like layer
 /// (H=16, HV=32, K=V=128) at B=64.
@@ -316,7 +316,7 @@ pub fn run_decode(backend: Backend, seed: u64, steps: usize, l: usize) -> Result
     )?;
     let t_r = t0.elapsed();
     let t0 = Instant::now();
-    let d = crate::decode::decode_sequence(backend, &data, l, None, |_, _, _| {})?;
+    let d = crate::sequence::decode_sequence(backend, &data, l, None, |_, _, _| {})?;
     let t_d = t0.elapsed();
     let f64ref = reference::recurrent::<f64>(&data.inputs(), &data.state);
     let tol = Tolerance { atol: 1e-4, rtol: 8e-3 };

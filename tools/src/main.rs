@@ -7,10 +7,11 @@ use clap::{Parser, Subcommand};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use replayssm::backend::Backend;
-use replayssm::case::CaseKind;
 use replayssm::numerics::Tolerance;
-use replayssm::workload::{RecurrentData, TreeShape, WorkloadSpec};
-use replayssm::{build_info, case, cuda, AcceptedPaths, DType, HeadDims, Variant};
+use replayssm::{build_info, cuda, AcceptedPaths, DType, HeadDims, Variant};
+use replayssm_tools::case;
+use replayssm_tools::case::CaseKind;
+use replayssm_tools::workload::{RecurrentData, TreeShape, WorkloadSpec};
 
 #[derive(Parser)]
 #[command(
@@ -72,10 +73,15 @@ enum Command {
     /// floor at the copy bandwidth measured in the same run, ratios against the recurrent
     /// baseline. Table on stdout, progress on stderr, `--json` results file, `--plot` PNG.
     /// Without a GPU (`--backend emulated`) every case runs once, checked, untimed.
-    Bench(replayssm::bench::cli::BenchArgs),
+    Bench(replayssm_tools::bench::cli::BenchArgs),
     /// Check engine flags against the capability gates (SPEC §5): exit 0 and print the resolved
     /// configuration when accepted (warnings on stderr), exit 2 with the reason when refused.
-    Validate(replayssm::engine_args::EngineArgs),
+    Validate {
+        /// The engine's server flags, as SGLang spells them (e.g. --enable-linear-replayssm-spec
+        /// --speculative-algorithm EAGLE); parsed by the library (`replayssm::engine_args`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        flags: Vec<String>,
+    },
     /// Write a case file (recurrent, verify, fold, decode, verify_tree or fold_tree) whose expected
     /// tensors come from the f64 reference.
     MakeCase(MakeCaseArgs),
@@ -126,9 +132,15 @@ struct MakeCaseArgs {
     rtol: f64,
 }
 
-fn validate(a: replayssm::engine_args::EngineArgs) -> ExitCode {
+fn validate(args: &[String]) -> ExitCode {
     use replayssm::config::resolve;
-    let flags = a.flags();
+    let flags = match replayssm::engine_args::parse_engine_args(args) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match resolve(&flags) {
         Ok(cfg) => {
             for w in &cfg.warnings {
@@ -145,7 +157,7 @@ fn validate(a: replayssm::engine_args::EngineArgs) -> ExitCode {
 }
 
 fn floor(bandwidth_tbs: f64, json: bool, dtype: DType) -> ExitCode {
-    use replayssm::floor::{floor_us, kernel_floors, BATCHES, MODEL_SHAPES, WINDOWS};
+    use replayssm_tools::floor::{floor_us, kernel_floors, BATCHES, MODEL_SHAPES, WINDOWS};
     if !(bandwidth_tbs.is_finite() && bandwidth_tbs > 0.0) {
         eprintln!("floor: --bandwidth must be a positive number of TB/s, got {bandwidth_tbs}");
         return ExitCode::from(2);
@@ -196,8 +208,8 @@ fn main() -> ExitCode {
             cache_len,
         } => demo(backend.unwrap_or_else(Backend::best), seed, steps, &mode, cache_len),
         Command::Check { files, backend } => check(&files, backend),
-        Command::Validate(a) => validate(a),
-        Command::Bench(a) => replayssm::bench::cli::main(&a),
+        Command::Validate { flags } => validate(&flags),
+        Command::Bench(a) => replayssm_tools::bench::cli::main(&a),
         Command::Floor { bandwidth, json, dtype } => floor(bandwidth, json, dtype),
         Command::MakeCase(a) => match make_case(&a) {
             Ok(()) => {
@@ -412,7 +424,7 @@ fn info() -> ExitCode {
             "  {:<7} {:>5} {:>6} {:>8} {:>8} {:>6} {:>7} {:>9} {:>5}  {:<13}  kernel",
             "arch", "regs", "stack", "spill_st", "spill_ld", "smem", "dynsmem", "blocks/SM", "occ", "limited by"
         );
-        let occ = replayssm::occupancy::report();
+        let occ = replayssm_tools::occupancy::report();
         for r in res {
             let o = occ.iter().find(|(k, _, _)| k == &r);
             let (dyn_smem, blocks, frac, limiter) = match o {
@@ -454,9 +466,9 @@ fn demo(backend: Backend, seed: u64, steps: usize, mode: &str, cache_len: usize)
         }
     }
     let result = if mode == "decode" {
-        replayssm::demo::run_decode(backend, seed, steps, cache_len)
+        replayssm_tools::demo::run_decode(backend, seed, steps, cache_len)
     } else {
-        replayssm::demo::run(backend, seed, steps)
+        replayssm_tools::demo::run(backend, seed, steps)
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 
 use super::{floor_of, CaseResult, DeviceFacts, Kernel, Outcome};
-use crate::backend::Backend;
 use crate::floor::floor_us;
+use replayssm::backend::Backend;
 
 /// Everything a run produced.
 #[derive(Clone, Debug)]
@@ -349,7 +349,7 @@ impl Report {
 mod tests {
     use super::*;
     use crate::bench::{Case, TINY_SHAPE};
-    use crate::dtype::DType;
+    use replayssm::dtype::DType;
 
     fn timed(kernel: Kernel, t: usize, us: f64) -> CaseResult {
         let case = Case {

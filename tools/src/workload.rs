@@ -4,11 +4,11 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::decode::DecodeInputs;
-use crate::dtype::{ActBuffer, DType};
-use crate::problem::{Gate, HeadDims, Variant};
-use crate::recurrent::{default_scale, RecurrentInputs};
-use crate::tree::DraftTree;
+use replayssm::decode::DecodeInputs;
+use replayssm::dtype::{ActBuffer, DType};
+use replayssm::problem::{Gate, HeadDims, Variant};
+use replayssm::recurrent::{default_scale, RecurrentInputs};
+use replayssm::tree::DraftTree;
 
 /// Owned gate inputs.
 #[derive(Clone, Debug)]
@@ -283,7 +283,7 @@ impl TreeShape {
     }
 
     /// A [`DraftTree`] over requests of `seqlens` nodes each.
-    pub fn tree(self, seqlens: &[usize], rng: &mut impl Rng) -> crate::Result<DraftTree> {
+    pub fn tree(self, seqlens: &[usize], rng: &mut impl Rng) -> replayssm::Result<DraftTree> {
         let mut parent = vec![];
         let mut cu = vec![0i32];
         for &n in seqlens {

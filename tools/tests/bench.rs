@@ -1,11 +1,12 @@
 //! The performance harness (src/bench): every kernel's case through the C ABI on the emulator,
 //! and, on a GPU, a timed run whose numbers must be sane (every case timed, percent of floor
 //! and copy bandwidth in physical ranges, graph replay used for the short kernels).
-mod common;
 
 use replayssm::backend::Backend;
-use replayssm::bench::{run, BenchOptions, Kernel, Outcome, PreparedCase, TimingOptions, TINY_KDA_SHAPE, TINY_SHAPE};
-use replayssm::floor::MODEL_SHAPES;
+use replayssm_tools::bench::{
+    run, BenchOptions, Kernel, Outcome, PreparedCase, TimingOptions, TINY_KDA_SHAPE, TINY_SHAPE,
+};
+use replayssm_tools::floor::MODEL_SHAPES;
 
 #[test]
 fn every_kernel_runs_through_the_harness_on_the_emulator() {
@@ -38,7 +39,7 @@ fn a_case_over_the_emulated_limit_is_skipped_with_its_size() {
         emulated_max_bytes: 1 << 20,
         ..BenchOptions::default()
     };
-    let case = replayssm::bench::Case {
+    let case = replayssm_tools::bench::Case {
         kernel: Kernel::F,
         shape: MODEL_SHAPES[1],
         batch: 8,
@@ -54,7 +55,7 @@ fn a_case_over_the_emulated_limit_is_skipped_with_its_size() {
 
 #[test]
 fn the_harness_times_every_kernel_on_the_gpu() {
-    if !common::gpu_available("the_harness_times_every_kernel_on_the_gpu") {
+    if !replayssm_tools::testing::gpu_available("the_harness_times_every_kernel_on_the_gpu") {
         return;
     }
     let o = BenchOptions {

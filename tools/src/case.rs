@@ -8,18 +8,18 @@ use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
-use crate::backend::Backend;
-use crate::config::{resolve, EngineFlags};
-use crate::dtype::{bytes_of, ActBuffer, DType};
-use crate::numerics::{compare, Comparison, Tolerance};
-use crate::pool::CheckpointPool;
-use crate::problem::{HeadDims, Variant};
-use crate::recurrent::{recurrent, RecurrentOutputs};
-use crate::ring::SpecRing;
-use crate::spec::MAX_VERIFY_WINDOW;
-use crate::spec::{fold, verify};
-use crate::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree};
 use crate::workload::{GateData, RecurrentData};
+use replayssm::backend::Backend;
+use replayssm::config::{resolve, EngineFlags};
+use replayssm::dtype::{bytes_of, ActBuffer, DType};
+use replayssm::numerics::{compare, Comparison, Tolerance};
+use replayssm::pool::CheckpointPool;
+use replayssm::problem::{HeadDims, Variant};
+use replayssm::recurrent::{recurrent, RecurrentOutputs};
+use replayssm::ring::SpecRing;
+use replayssm::spec::MAX_VERIFY_WINDOW;
+use replayssm::spec::{fold, verify};
+use replayssm::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree};
 
 pub const FORMAT: &str = "replayssm-case/1";
 
@@ -115,7 +115,7 @@ pub enum CaseError {
         msg: String,
     },
     #[error("{path}: {source}")]
-    Run { path: PathBuf, source: crate::Error },
+    Run { path: PathBuf, source: replayssm::Error },
     #[error("{path}: not a regular file ({kind}); a case file must be a regular file")]
     NotRegularFile { path: PathBuf, kind: &'static str },
     #[error("{path}: {what} is {value}, over the limit of {limit}")]
@@ -457,11 +457,11 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
     })?;
     let cache_len = if op == Op::Decode {
         let l: usize = meta_parse(path, &m, "cache_len")?;
-        if l == 0 || l > crate::decode::MAX_CACHE_LEN {
+        if l == 0 || l > replayssm::decode::MAX_CACHE_LEN {
             return Err(CaseError::Metadata {
                 path: path.to_path_buf(),
                 key: "cache_len",
-                msg: format!("{l} is outside 1..={}", crate::decode::MAX_CACHE_LEN),
+                msg: format!("{l} is outside 1..={}", replayssm::decode::MAX_CACHE_LEN),
             });
         }
         Some(l)
@@ -508,7 +508,8 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
         return Err(r.bad("cu_seqlens", "needs at least 2 entries".into()));
     }
     // Before anything is sized from it: cu_seqlens must describe exactly the N tokens of q.
-    let (_, max_len) = crate::problem::check_seqlens(&cu_seqlens, n).map_err(|e| r.bad("cu_seqlens", e.to_string()))?;
+    let (_, max_len) =
+        replayssm::problem::check_seqlens(&cu_seqlens, n).map_err(|e| r.bad("cu_seqlens", e.to_string()))?;
     // Before the run sizes its ring by requests x window: the verify kernel's window limit.
     if matches!(op, Op::Verify | Op::Fold) && max_len > MAX_VERIFY_WINDOW {
         return Err(r.bad(
@@ -601,7 +602,7 @@ pub fn decode_ring_len(cache_len: usize, steps: usize) -> usize {
 }
 
 /// Bytes of the one-layer decode ring of `slots` slots with `len` records each (f32 `d`, `k`,
-/// `g`; see [`crate::decode::DecodeRing`]).
+/// `g`; see [`replayssm::decode::DecodeRing`]).
 pub fn decode_ring_bytes(dims: HeadDims, variant: Variant, slots: usize, len: usize) -> u64 {
     let per_record = (dims.hv as u64)
         .saturating_mul(dims.v as u64)
@@ -674,7 +675,7 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
                 .max()
                 .unwrap_or(0);
             let l = decode_ring_len(case.cache_len.unwrap_or(1), steps);
-            let res = crate::decode::decode_sequence(backend, &case.data, l, None, |_, _, _| {}).map_err(run_err)?;
+            let res = crate::sequence::decode_sequence(backend, &case.data, l, None, |_, _, _| {}).map_err(run_err)?;
             o = res.o;
             state = res.state;
         }
@@ -698,7 +699,7 @@ pub enum CaseKind<'a> {
     Fold {
         accept: &'a [i32],
     },
-    /// Buffered decode with cache length L (1..=[`crate::decode::MAX_CACHE_LEN`]).
+    /// Buffered decode with cache length L (1..=[`replayssm::decode::MAX_CACHE_LEN`]).
     Decode {
         cache_len: usize,
     },
@@ -751,10 +752,10 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
                 }
             }
         }
-        CaseKind::Decode { cache_len } if !(1..=crate::decode::MAX_CACHE_LEN).contains(&cache_len) => {
+        CaseKind::Decode { cache_len } if !(1..=replayssm::decode::MAX_CACHE_LEN).contains(&cache_len) => {
             return Err(invalid(format!(
                 "cache_len {cache_len} outside 1..={}",
-                crate::decode::MAX_CACHE_LEN
+                replayssm::decode::MAX_CACHE_LEN
             )))
         }
         CaseKind::VerifyTree { tree } | CaseKind::FoldTree { tree, .. } => {
@@ -787,14 +788,14 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
     local.state = pool;
     local.slots = (0..requests as i32).collect();
     let inp = local.inputs();
-    let res = crate::reference::recurrent::<f64>(&inp, &local.state);
+    let res = replayssm::reference::recurrent::<f64>(&inp, &local.state);
     let ckpt = |r: usize| &local.state[r * per_slot..(r + 1) * per_slot];
     let (o, state_out): (Vec<f32>, Vec<f32>) = match kind {
         CaseKind::VerifyTree { tree } | CaseKind::FoldTree { tree, .. } => {
-            let o = crate::reference::tree_outputs::<f64>(&inp, tree.parent(), &local.state);
+            let o = replayssm::reference::tree_outputs::<f64>(&inp, tree.parent(), &local.state);
             let state = match kind {
                 CaseKind::FoldTree { accepted, .. } => (0..requests)
-                    .flat_map(|r| crate::reference::path_state::<f64>(&inp, r, accepted.path(r), ckpt(r)))
+                    .flat_map(|r| replayssm::reference::path_state::<f64>(&inp, r, accepted.path(r), ckpt(r)))
                     .map(|x| x as f32)
                     .collect(),
                 _ => local.state.clone(),
@@ -960,7 +961,7 @@ mod tests {
             qk_l2norm: true,
         };
         let data = RecurrentData::random(&spec, 3);
-        let run = |l| crate::decode::decode_sequence(Backend::Emulated, &data, l, None, |_, _, _| {}).unwrap();
+        let run = |l| crate::sequence::decode_sequence(Backend::Emulated, &data, l, None, |_, _, _| {}).unwrap();
         // L = 64 is never reached by 7 tokens; neither is L = 8 (no periodic flush either way).
         let (full, cut) = (run(64), run(decode_ring_len(64, 7)));
         assert_eq!(full.o.to_f32(), cut.o.to_f32());

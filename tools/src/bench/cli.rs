@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{run, shape_by_name, BenchOptions, CaseResult, GraphMode, Kernel, Outcome, TimingOptions};
-use crate::backend::Backend;
-use crate::dtype::DType;
 use crate::floor::{BATCHES, WINDOWS};
+use replayssm::backend::Backend;
+use replayssm::dtype::DType;
 
 /// Arguments of `replayssm bench`.
 #[derive(clap::Args, Debug)]

@@ -307,9 +307,9 @@ pub fn write(report: &Report, t: usize, path: &std::path::Path) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
     use crate::bench::{floor_bytes, Case, CaseResult, Kernel, Outcome, TINY_SHAPE};
-    use crate::dtype::DType;
+    use replayssm::backend::Backend;
+    use replayssm::dtype::DType;
 
     fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
         let dec = png::Decoder::new(png_bytes);

@@ -1,4 +1,4 @@
-//! A seeded random fuzz campaign of the case-file reader ([`replayssm::case::parse`], the checks
+//! A seeded random fuzz campaign of the case-file reader ([`replayssm_tools::case::parse`], the checks
 //! `replayssm check` runs before any kernel), as an ordinary test: mutations of the shipped cases
 //! (bit flips, truncations, header-length lies, JSON edits: huge shapes and offsets, wrong
 //! dtypes, overlapping offsets, bad metadata; i32 tensors overwritten with edge values) and
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use replayssm::case::{parse, Case, Op, FORMAT};
+use replayssm_tools::case::{parse, Case, Op, FORMAT};
 use serde_json::{json, Value};
 
 /// Counts live heap bytes and their peak, so each input's allocation can be bounded.

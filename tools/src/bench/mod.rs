@@ -24,10 +24,10 @@ pub use cases::{Case, Kernel};
 pub use report::{Report, Row};
 pub use timer::{GraphMode, Timing, TimingOptions};
 
-use crate::backend::Backend;
-use crate::dtype::DType;
 use crate::floor::{kernel_floors, ModelShape, BATCHES, MODEL_SHAPES, WINDOWS};
-use crate::problem::{HeadDims, Variant};
+use replayssm::backend::Backend;
+use replayssm::dtype::DType;
+use replayssm::problem::{HeadDims, Variant};
 
 /// A small GDN shape for emulator runs of the harness (the model shapes take the emulator minutes
 /// per case at the larger batches).
@@ -151,7 +151,7 @@ impl BenchOptions {
         if windowed && self.windows.is_empty() {
             return Err("the windowed kernels need at least one window".into());
         }
-        let max = crate::ffi::RSSM_MAX_VERIFY_WINDOW as usize;
+        let max = replayssm::ffi::RSSM_MAX_VERIFY_WINDOW as usize;
         if let Some(t) = self.windows.iter().find(|&&t| !(2..=max).contains(&t)) {
             return Err(format!(
                 "window {t} is outside 2..={max} (the verify kernel's longest window; D needs L >= 2)"
@@ -290,12 +290,15 @@ pub fn run(o: &BenchOptions, progress: &mut dyn FnMut(usize, usize, &CaseResult)
 
 #[cfg(replayssm_cuda)]
 fn device_facts() -> Result<DeviceFacts, String> {
-    let d = crate::cuda::device()?;
+    let d = replayssm::cuda::device()?;
     let (mut sms, mut l2) = (0, 0);
     // SAFETY: out-parameters.
-    let code = unsafe { crate::ffi::rssm_cuda_device_facts(0, &mut sms, &mut l2) };
+    let code = unsafe { replayssm::ffi::rssm_cuda_device_facts(0, &mut sms, &mut l2) };
     if code != 0 {
-        return Err(format!("cudaDeviceGetAttribute: {}", crate::cuda::error_string(code)));
+        return Err(format!(
+            "cudaDeviceGetAttribute: {}",
+            replayssm::cuda::error_string(code)
+        ));
     }
     let (free, total) = mem_info()?;
     Ok(DeviceFacts {
@@ -312,16 +315,16 @@ fn device_facts() -> Result<DeviceFacts, String> {
 
 #[cfg(not(replayssm_cuda))]
 fn device_facts() -> Result<DeviceFacts, String> {
-    crate::cuda::device().map(|_| DeviceFacts::default())
+    replayssm::cuda::device().map(|_| DeviceFacts::default())
 }
 
 #[cfg(replayssm_cuda)]
 fn mem_info() -> Result<(usize, usize), String> {
     let (mut free, mut total) = (0u64, 0u64);
     // SAFETY: out-parameters.
-    let code = unsafe { crate::ffi::rssm_cuda_mem_info(&mut free, &mut total) };
+    let code = unsafe { replayssm::ffi::rssm_cuda_mem_info(&mut free, &mut total) };
     if code != 0 {
-        return Err(format!("cudaMemGetInfo: {}", crate::cuda::error_string(code)));
+        return Err(format!("cudaMemGetInfo: {}", replayssm::cuda::error_string(code)));
     }
     Ok((free as usize, total as usize))
 }
@@ -426,7 +429,7 @@ impl PreparedCase {
     pub fn check(&self, after: &str) -> Result<(), String> {
         #[cfg(replayssm_cuda)]
         if self.backend == Backend::Cuda {
-            crate::cuda::synchronize().map_err(|e| e.to_string())?;
+            replayssm::cuda::synchronize().map_err(|e| e.to_string())?;
         }
         match self.buffers.read_u32(self.error_word)? {
             0 => Ok(()),

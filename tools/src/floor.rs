@@ -4,8 +4,8 @@
 //! device-to-device copy rate measured in the same run (about 4.3 TB/s on an H200).
 //! `replayssm floor` prints the table; the demo's byte lines use the same functions.
 
-use crate::dtype::DType;
-use crate::problem::{HeadDims, Variant};
+use replayssm::dtype::DType;
+use replayssm::problem::{HeadDims, Variant};
 
 /// Bytes of one ring record per slot and position (SPEC §8): `E = HV·V·2 + H·K·2 + HV·8`.
 pub fn ring_record_bytes(d: &HeadDims, act: DType) -> usize {

@@ -2,6 +2,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use replayssm::MAX_TREE_NODES;
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_replayssm"))
 }
@@ -369,4 +371,94 @@ fn bench_on_the_emulator_runs_every_case_untimed_and_writes_json_and_plot() {
     let bad = bin().args(["bench", "--kernels", "W"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown kernel 'W'"));
+}
+
+// The `validate` subcommand (moved from tests/config.rs with the CLI).
+
+fn validate(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_replayssm"))
+        .arg("validate")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn validate_cli_exit_codes_and_messages() {
+    let (code, _, err) = validate(&["--enable-linear-replayssm", "--disaggregation-mode", "decode"]);
+    assert_eq!(code, 2, "{err}");
+    for n in ["--enable-linear-replayssm", "--disaggregation-mode", "'decode'"] {
+        assert!(err.contains(n), "{n} missing: {err}");
+    }
+    let (code, out, err) = validate(&[
+        "--enable-linear-replayssm-spec",
+        "--disaggregation-mode",
+        "decode",
+        "--speculative-algorithm",
+        "EAGLE",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("replayssm mode: spec ring") && out.contains("state dtype: float32"),
+        "{out}"
+    );
+    assert!(err.contains("warning: B6"), "{err}");
+    let (code, _, err) = validate(&["--enable-linear-replayssm", "--linear-replayssm-cache-len", "0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--linear-replayssm-cache-len=0"), "{err}");
+    let (code, _, err) = validate(&["--no-such-flag"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unexpected argument"), "{err}");
+    let (code, _, err) = validate(&["--speculative-algorithm", "MEDUSA"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("invalid value 'MEDUSA'"), "{err}");
+    let (code, out, _) = validate(&[]);
+    assert_eq!(code, 0);
+    assert!(out.contains("replayssm mode: off"), "{out}");
+}
+
+#[test]
+fn validate_cli_accepts_an_eagle_tree_and_names_the_tree_kernel() {
+    let (code, out, err) = validate(&[
+        "--enable-linear-replayssm-spec",
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-eagle-topk",
+        "4",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("kernels: VT tree verify"), "{out}");
+    assert!(out.contains("draft: tree (top-k 4)"), "{out}");
+    assert!(err.contains(&format!("at most {MAX_TREE_NODES} nodes")), "{err}");
+    let (code, out, err) = validate(&[
+        "--enable-linear-replayssm-spec",
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-num-draft-tokens",
+        "12",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("kernels: VT tree verify") && out.contains("12 nodes"),
+        "{out}"
+    );
+    let (code, _, err) = validate(&[
+        "--enable-linear-replayssm-spec",
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-eagle-topk",
+        "4",
+        "--speculative-num-draft-tokens",
+        "64",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("B1") && err.contains(&format!("at most {MAX_TREE_NODES} nodes")),
+        "{err}"
+    );
 }

@@ -13,9 +13,9 @@
 //! timed iteration per case).
 use criterion::{BenchmarkId, Criterion};
 use replayssm::backend::Backend;
-use replayssm::bench::{BenchOptions, Case, Kernel, PreparedCase};
-use replayssm::floor::MODEL_SHAPES;
 use replayssm::DType;
+use replayssm_tools::bench::{BenchOptions, Case, Kernel, PreparedCase};
+use replayssm_tools::floor::MODEL_SHAPES;
 
 fn cases(batches: &[usize], t: usize) -> Vec<Case> {
     let mut out = vec![];

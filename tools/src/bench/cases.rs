@@ -5,10 +5,10 @@
 use std::ffi::c_void;
 
 use super::buffers::{Buf, Buffers, Elem, Fill, Plan};
-use crate::backend::Backend;
-use crate::capi::{self, replayssm_status};
-use crate::dtype::DType;
 use crate::floor::ModelShape;
+use replayssm::backend::Backend;
+use replayssm::capi::{self, replayssm_status};
+use replayssm::dtype::DType;
 
 /// What is timed. `R-*` and `copy` are the recurrent baseline's kernels; `V`, `F`, `P`, `D-*`
 /// ReplaySSM's.
@@ -437,7 +437,7 @@ fn copy(p: &mut Plan, c: &Case, backend: Backend) -> LaunchBuilder {
                 let code = if pitch <= i32::MAX as usize {
                     // SAFETY: nl rows of `pitch` bytes; each copies its upper half onto its lower.
                     unsafe {
-                        crate::ffi::rssm_cuda_memcpy_2d_dtod_async(
+                        replayssm::ffi::rssm_cuda_memcpy_2d_dtod_async(
                             base.cast(),
                             pitch as u64,
                             base.wrapping_add(row).cast(),
@@ -453,7 +453,7 @@ fn copy(p: &mut Plan, c: &Case, backend: Backend) -> LaunchBuilder {
                             let lo = base.wrapping_add(layer * pitch);
                             // SAFETY: as above, one layer.
                             unsafe {
-                                crate::ffi::rssm_cuda_memcpy_dtod_async(
+                                replayssm::ffi::rssm_cuda_memcpy_dtod_async(
                                     lo.cast(),
                                     lo.wrapping_add(row).cast(),
                                     row as u64,
@@ -465,7 +465,10 @@ fn copy(p: &mut Plan, c: &Case, backend: Backend) -> LaunchBuilder {
                         .unwrap_or(0)
                 };
                 if code != 0 {
-                    return Err(format!("device-to-device copy: {}", crate::cuda::error_string(code)));
+                    return Err(format!(
+                        "device-to-device copy: {}",
+                        replayssm::cuda::error_string(code)
+                    ));
                 }
             }
             _ => {

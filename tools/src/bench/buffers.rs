@@ -7,8 +7,8 @@ use std::ffi::c_void;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::Backend;
-use crate::dtype::DType;
+use replayssm::backend::Backend;
+use replayssm::dtype::DType;
 
 /// Element type of a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,16 +213,16 @@ fn fill(mem: &Memory, s: &Spec, stride: usize, copies: usize, rng: &mut ChaCha8R
             let tile = total.min(HOST_TILE_BYTES);
             let bytes = host_values(s, tile / s.elem.size(), rng);
             // SAFETY: `tile <= total` bytes of the allocation.
-            crate::cuda::check("cudaMemcpy", unsafe {
-                crate::ffi::rssm_cuda_memcpy_htod(d.ptr(), bytes.as_ptr().cast(), tile as u64)
+            replayssm::cuda::check("cudaMemcpy", unsafe {
+                replayssm::ffi::rssm_cuda_memcpy_htod(d.ptr(), bytes.as_ptr().cast(), tile as u64)
             })
             .map_err(|e| e.to_string())?;
             let mut done = tile;
             while done < total {
                 let n = done.min(total - done);
                 // SAFETY: [0, n) and [done, done + n) lie inside the allocation and do not overlap.
-                crate::cuda::check("cudaMemcpyAsync", unsafe {
-                    crate::ffi::rssm_cuda_memcpy_dtod_async(
+                replayssm::cuda::check("cudaMemcpyAsync", unsafe {
+                    replayssm::ffi::rssm_cuda_memcpy_dtod_async(
                         (d.ptr() as *mut u8).add(done).cast(),
                         d.ptr(),
                         n as u64,
@@ -232,7 +232,7 @@ fn fill(mem: &Memory, s: &Spec, stride: usize, copies: usize, rng: &mut ChaCha8R
                 .map_err(|e| e.to_string())?;
                 done += n;
             }
-            crate::cuda::synchronize().map_err(|e| e.to_string())
+            replayssm::cuda::synchronize().map_err(|e| e.to_string())
         }
     }
 }
@@ -241,7 +241,7 @@ enum Memory {
     /// 16-byte aligned host words.
     Host(Vec<u128>),
     #[cfg(replayssm_cuda)]
-    Device(crate::cuda::DeviceBuffer),
+    Device(replayssm::cuda::DeviceBuffer),
 }
 
 impl Memory {
@@ -249,7 +249,7 @@ impl Memory {
         match backend {
             Backend::Emulated => Ok(Memory::Host(vec![0u128; bytes.div_ceil(16)])),
             #[cfg(replayssm_cuda)]
-            Backend::Cuda => crate::cuda::DeviceBuffer::new(bytes)
+            Backend::Cuda => replayssm::cuda::DeviceBuffer::new(bytes)
                 .map(Memory::Device)
                 .map_err(|e| e.to_string()),
             other => Err(format!("the {other} backend launches no kernel")),
@@ -312,8 +312,8 @@ impl Buffers {
                     #[cfg(replayssm_cuda)]
                     Memory::Device(_) => {
                         // SAFETY: as above, from device memory.
-                        crate::cuda::check("cudaMemcpy", unsafe {
-                            crate::ffi::rssm_cuda_memcpy_dtoh(
+                        replayssm::cuda::check("cudaMemcpy", unsafe {
+                            replayssm::ffi::rssm_cuda_memcpy_dtoh(
                                 host.as_mut_ptr().cast(),
                                 m.ptr().add(stride * set).cast(),
                                 n as u64,

@@ -1,0 +1,17 @@
+//! replayssm-tools: what is built on the replayssm library but is not linked into an engine:
+//! the `replayssm` CLI's pieces, case files, the benchmark harness and its plots, random
+//! workloads, and the bytes-floor / occupancy reports.
+//!
+//! Map: [`case`] (portable `.safetensors` case files: make, check), [`bench`] (timed kernel
+//! cases, reports, plots), [`workload`] (random inputs for every kernel), [`sequence`]
+//! (a workload through kernel D step by step), [`floor`] (bytes floors of every kernel),
+//! [`occupancy`] (the compiled kernels' resources), [`demo`].
+
+pub mod bench;
+pub mod case;
+pub mod demo;
+pub mod floor;
+pub mod occupancy;
+pub mod sequence;
+pub mod testing;
+pub mod workload;
