@@ -104,6 +104,16 @@
 #define REPLAYSSM_MAX_V 65536
 
 /*
+ Longest buffered-decode ring (`cache_len`: pending records per slot and layer).
+ */
+#define REPLAYSSM_MAX_CACHE_LEN 65536
+
+/*
+ Key head dims K the kernels are compiled for, as a set of powers of two (32 | 64 | 128 | 256).
+ */
+#define REPLAYSSM_HEAD_DIMS_MASK 480
+
+/*
  What every entry returns.
  */
 typedef enum replayssm_status {

@@ -1,7 +1,5 @@
 //! Where a kernel runs: the Rust reference, the SIMT emulator, or a CUDA device.
 
-use crate::cuda;
-
 /// The implementation that executes a kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
@@ -21,23 +19,6 @@ impl Backend {
             Backend::Reference => "reference",
             Backend::Emulated => "emulated",
             Backend::Cuda => "cuda",
-        }
-    }
-
-    /// `Ok` if this backend can run here, else why not.
-    pub fn availability(self) -> Result<(), String> {
-        match self {
-            Backend::Reference | Backend::Emulated => Ok(()),
-            Backend::Cuda => cuda::device().map(|_| ()),
-        }
-    }
-
-    /// Cuda when a device is usable, else Emulated.
-    pub fn best() -> Backend {
-        if Backend::Cuda.availability().is_ok() {
-            Backend::Cuda
-        } else {
-            Backend::Emulated
         }
     }
 }

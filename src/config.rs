@@ -5,8 +5,8 @@
 //! draft length, which is known here and refused early. B1 and N1 no longer refuse trees: they
 //! route them to the tree kernels (VT + FT) and refuse only trees above [`MAX_TREE_NODES`].
 
+use crate::limits::{MAX_CACHE_LEN, MAX_TREE_NODES, MAX_VERIFY_WINDOW};
 use crate::problem::Variant;
-use crate::tree::MAX_TREE_NODES;
 
 /// `--disaggregation-mode`: which pool role this server has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -216,7 +216,7 @@ pub enum DraftShape {
 
 /// Most draft positions per request the verify kernels take (chain window or tree nodes, root
 /// included); a tree's depth is bounded by its node count.
-pub const MAX_DRAFT_TOKENS: usize = crate::spec::MAX_VERIFY_WINDOW;
+pub const MAX_DRAFT_TOKENS: usize = MAX_VERIFY_WINDOW;
 
 /// A configuration the kernels can serve, with the defaults chosen and the warnings to show.
 #[derive(Clone, Debug, PartialEq)]
@@ -361,9 +361,7 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
             });
         }
         let cache_len = match f.linear_replayssm_cache_len {
-            Some(l) if !(1..=crate::decode::MAX_CACHE_LEN as i64).contains(&l) => {
-                return Err(GateError::CacheLen { got: l })
-            }
+            Some(l) if !(1..=MAX_CACHE_LEN as i64).contains(&l) => return Err(GateError::CacheLen { got: l }),
             Some(l) => l as usize,
             None => {
                 warnings.push(format!(

@@ -71,6 +71,17 @@ pub enum Error {
     SlotOutOfRange { index: usize, slot: i32, num_slots: usize },
     #[error("slots[{first}] and slots[{second}] are both {slot}: live slots in one launch must be distinct")]
     DuplicateSlot { first: usize, second: usize, slot: i32 },
+    /// A params field out of range (the C ABI's and the launch's checks, `checks::params`): the
+    /// message names the field, its value and the limit.
+    #[error("{0}")]
+    BadParam(String),
+    /// A params field asks for a configuration the kernels are not compiled for.
+    #[error("{0}")]
+    UnsupportedParam(String),
+    /// An index array breaks a kernel rule (`checks::indices`): the message names the element, its
+    /// value and the limit.
+    #[error("{0}")]
+    BadIndex(String),
     #[error("cu_seqlens: {0}")]
     SeqLens(String),
     #[error("head dims: {0}")]

@@ -1,8 +1,7 @@
-//! Shapes and inputs shared by the kernels: head dims, layer variant, gate inputs, and the
-//! checks every view goes through before a launch.
+//! Shapes and inputs shared by the kernels: head dims, layer variant, gate inputs (their checks:
+//! [`crate::checks`]).
 
-use crate::dtype::{ActView, ActViewMut, DType};
-use crate::error::{Error, Result};
+use crate::dtype::ActView;
 use crate::ffi;
 
 /// Linear-attention layer kind.
@@ -58,37 +57,6 @@ pub struct HeadDims {
 }
 
 impl HeadDims {
-    pub fn validate(&self) -> Result<()> {
-        if self.h == 0 || self.hv == 0 || self.k == 0 || self.v == 0 {
-            return Err(Error::Dims(format!(
-                "all of H, HV, K, V must be positive, got {self:?}"
-            )));
-        }
-        if self.hv % self.h != 0 {
-            return Err(Error::Dims(format!(
-                "HV = {} is not a multiple of H = {} (GQA needs HV % H == 0)",
-                self.hv, self.h
-            )));
-        }
-        if self.hv > 65535 {
-            return Err(Error::Dims(format!(
-                "HV = {} exceeds the launch limit of 65535",
-                self.hv
-            )));
-        }
-        if self.k > 1 << 16 {
-            return Err(Error::Dims(format!("K = {} exceeds 65536", self.k)));
-        }
-        if self.v > ffi::RSSM_MAX_V as usize {
-            return Err(Error::Dims(format!(
-                "V = {} exceeds RSSM_MAX_V = {} (the launch grid's bound)",
-                self.v,
-                ffi::RSSM_MAX_V
-            )));
-        }
-        Ok(())
-    }
-
     /// Elements of one slot's state: `HV * V * K`.
     pub fn state_elems(&self) -> usize {
         self.hv * self.v * self.k
@@ -127,145 +95,4 @@ pub enum Gate<'a> {
         /// `[N, HV]`.
         beta: &'a [f32],
     },
-}
-
-pub fn check_view(tensor: &'static str, view: &ActView<'_>, tokens: usize, row: usize) -> Result<()> {
-    check_strided(
-        tensor,
-        view.buf.len(),
-        view.offset,
-        view.tokens,
-        view.row,
-        view.stride,
-        tokens,
-        row,
-    )
-}
-
-pub fn check_view_mut(tensor: &'static str, view: &ActViewMut<'_>, tokens: usize, row: usize) -> Result<()> {
-    check_strided(
-        tensor,
-        view.buf.len(),
-        view.offset,
-        view.tokens,
-        view.row,
-        view.stride,
-        tokens,
-        row,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn check_strided(
-    tensor: &'static str,
-    len: usize,
-    offset: usize,
-    got_tokens: usize,
-    got_row: usize,
-    stride: usize,
-    tokens: usize,
-    row: usize,
-) -> Result<()> {
-    if got_tokens != tokens || got_row != row {
-        return Err(Error::Shape {
-            tensor,
-            expected: format!("[{tokens}, {row}] (tokens, elements per token)"),
-            got: format!("[{got_tokens}, {got_row}]"),
-        });
-    }
-    if stride < row {
-        return Err(Error::StrideTooSmall { tensor, stride, row });
-    }
-    if stride > i64::MAX as usize / 2 {
-        return Err(Error::InvalidValue {
-            what: "stride",
-            why: format!("{tensor}: token stride {stride} does not fit in i64"),
-        });
-    }
-    if tokens > 0 {
-        let needed = offset + (tokens - 1) * stride + row;
-        if needed > len {
-            return Err(Error::OutOfBounds { tensor, needed, len });
-        }
-    }
-    Ok(())
-}
-
-pub fn check_len(tensor: &'static str, len: usize, expected: usize, shape: String) -> Result<()> {
-    if len != expected {
-        return Err(Error::Shape {
-            tensor,
-            expected: format!("{shape} = {expected} elements"),
-            got: format!("{len} elements"),
-        });
-    }
-    Ok(())
-}
-
-pub fn check_dtype(tensor: &'static str, got: DType, expected: DType) -> Result<()> {
-    if got != expected {
-        return Err(Error::DType { tensor, expected, got });
-    }
-    Ok(())
-}
-
-/// Checks `cu_seqlens` (`[B+1]`, starts at 0, non-decreasing, ends at `num_tokens`); returns
-/// `(batch, max_seqlen)`.
-pub fn check_seqlens(cu: &[i32], num_tokens: usize) -> Result<(usize, usize)> {
-    if cu.len() < 2 {
-        return Err(Error::SeqLens(format!("needs B + 1 >= 2 entries, got {}", cu.len())));
-    }
-    if cu[0] != 0 {
-        return Err(Error::SeqLens(format!("must start at 0, got {}", cu[0])));
-    }
-    let mut max_len = 0usize;
-    for (i, w) in cu.windows(2).enumerate() {
-        if w[1] < w[0] {
-            return Err(Error::SeqLens(format!(
-                "decreases at request {i}: {} then {}",
-                w[0], w[1]
-            )));
-        }
-        max_len = max_len.max((w[1] - w[0]) as usize);
-    }
-    let last = *cu.last().unwrap_or(&0);
-    if last as usize != num_tokens {
-        return Err(Error::SeqLens(format!(
-            "ends at {last} but the inputs hold {num_tokens} tokens"
-        )));
-    }
-    let batch = cu.len() - 1;
-    if batch > 65535 {
-        return Err(Error::SeqLens(format!(
-            "{batch} requests exceed the launch limit of 65535"
-        )));
-    }
-    Ok((batch, max_len.max(1)))
-}
-
-/// Checks slot indices: `-1` or `0..num_slots`, live slots distinct.
-pub fn check_slots(slots: &[i32], batch: usize, num_slots: usize) -> Result<()> {
-    if slots.len() != batch {
-        return Err(Error::Shape {
-            tensor: "slots",
-            expected: format!("[{batch}] (one per request)"),
-            got: format!("[{}]", slots.len()),
-        });
-    }
-    let mut seen = std::collections::HashMap::new();
-    for (index, &slot) in slots.iter().enumerate() {
-        if slot < -1 || slot >= 0 && slot as usize >= num_slots {
-            return Err(Error::SlotOutOfRange { index, slot, num_slots });
-        }
-        if slot >= 0 {
-            if let Some(first) = seen.insert(slot, index) {
-                return Err(Error::DuplicateSlot {
-                    first,
-                    second: index,
-                    slot,
-                });
-            }
-        }
-    }
-    Ok(())
 }

@@ -4,7 +4,7 @@
 //! exact order of §3.
 
 use crate::problem::{Gate, HeadDims, Variant};
-use crate::recurrent::{RecurrentInputs, RecurrentOutputs, RecurrentPlan};
+use crate::tokens::RecurrentInputs;
 
 /// The float type a reference runs in.
 pub trait Real:
@@ -280,30 +280,6 @@ pub fn recurrent<R: Real>(inp: &RecurrentInputs<'_>, state_pool: &[f32]) -> Recu
         res.snapshots[r] = Some(snaps);
     }
     res
-}
-
-/// The `Reference` backend: f32 maths, results stored like a kernel stores them.
-pub(crate) fn recurrent_into(inp: &RecurrentInputs<'_>, plan: &RecurrentPlan, out: &mut RecurrentOutputs<'_>) {
-    let d = inp.dims;
-    let res = recurrent::<f32>(inp, out.state);
-    let row = d.hv * d.v;
-    for tok in 0..plan.num_tokens {
-        for i in 0..row {
-            out.o.set(tok, i, res.o[tok * row + i]);
-        }
-    }
-    let per_slot = d.state_elems();
-    for r in 0..plan.batch {
-        let Some(state) = &res.final_state[r] else { continue };
-        let slot = inp.slots[r] as usize;
-        if out.write_state {
-            out.state[slot * per_slot..(slot + 1) * per_slot].copy_from_slice(state);
-        }
-        if let (Some(snaps), Some(dst)) = (&res.snapshots[r], out.snapshots.as_deref_mut()) {
-            let base = r * plan.max_seqlen * per_slot;
-            dst[base..base + snaps.len()].copy_from_slice(snaps);
-        }
-    }
 }
 
 /// A path commit in precision `R` (kernel FT's reference): request `r`'s checkpoint `ckpt`

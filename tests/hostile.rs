@@ -4,7 +4,7 @@
 //! written by a refused call (every buffer bit-identical), nothing written outside any buffer
 //! (guard regions), and the host's index checks agreeing with the kernels' device checks in both
 //! directions (what the host refuses the device flags, what the host accepts the device does not
-//! flag). The CLI, case files and Python binding have their own campaigns (tests/cli.rs,
+//! flag). The CLI, case files and Python binding have their own campaigns (tools/tests/cli.rs,
 //! python/tests/test_hostile.py).
 
 mod common;

@@ -123,7 +123,7 @@ fn tree_outputs_match_f64_along_every_root_path() {
                 // The checkpoint is read only.
                 bits_equal(pool.state(), &before).unwrap_or_else(|e| panic!("{what}: checkpoint changed: {e}"));
                 // The ring holds the window's raw records at window positions, exactly as V
-                // writes them (V's ring is checked against the raw inputs in tests/spec.rs).
+                // writes them (V's ring is checked against the raw inputs in tests/verify.rs).
                 let mut chain_ring = SpecRing::new(ring_shape, data.qk_l2norm).unwrap();
                 run_verify(Backend::Emulated, &data, &pool, 1, Some(&mut chain_ring)).unwrap();
                 assert_eq!(ring.v.to_f32().len(), chain_ring.v.to_f32().len());

@@ -25,7 +25,7 @@ import datetime
 import json
 import sys
 
-# Name -> (H, HV, K, V, variant), as src/floor.rs's MODEL_SHAPES.
+# Name -> (H, HV, K, V, variant), as tools/src/floor.rs's MODEL_SHAPES.
 SHAPES = {
     "Qwen3-Next": (16, 32, 128, 128, "gdn"),
     "Qwen3.5-122B": (16, 64, 128, 128, "gdn"),

@@ -1,6 +1,6 @@
 // Launch layer of kernel F (fold-every-commit, all layers in one launch).
 #include "replayssm/can_implement.h"
-#include "replayssm/device/replay.cuh"
+#include "replayssm/device/fold.cuh"
 #include "replayssm/dispatch.h"
 #include "replayssm/launcher.h"
 #include "replayssm/layout.h"

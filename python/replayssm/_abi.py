@@ -14,7 +14,7 @@ i32, i64, u32, f32 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint32, ctypes.c_f
 
 ABI_VERSION = 1
 MAX_VERIFY_WINDOW = 16
-# Most records of a decode ring (src/decode.rs MAX_CACHE_LEN; not in the header): cache_len's limit.
+# Most records of a decode ring: cache_len's limit (REPLAYSSM_MAX_CACHE_LEN in include/replayssm.h).
 MAX_CACHE_LEN = 1 << 16
 
 

@@ -1,5 +1,5 @@
 """bench/peers/fla_peer.py runs only on a GPU machine with fla-core; here: it imports without
-torch, its shapes are the model shapes of src/floor.rs, its arguments are checked, and it says
+torch, its shapes are the model shapes of tools/src/floor.rs, its arguments are checked, and it says
 why it skips."""
 import importlib.util
 import pathlib

@@ -4,44 +4,12 @@
 
 use std::ffi::c_void;
 
-use super::indices::{self, host_ints};
 use super::params::*;
 use super::{backend_of, guard, read_params, replayssm_status, Failure};
 use crate::backend::Backend;
 use crate::ffi;
 
 type Check = Result<(), Failure>;
-
-fn nonnull<T>(p: *const T, name: &str) -> Check {
-    if p.is_null() {
-        return Err(Failure::invalid(format!("{name} is NULL")));
-    }
-    Ok(())
-}
-
-fn at_least(v: i64, min: i64, name: &str) -> Check {
-    if v < min {
-        return Err(Failure::invalid(format!("{name} = {v}, must be at least {min}")));
-    }
-    Ok(())
-}
-
-fn in_range(v: i32, lo: i32, hi: i32, name: &str) -> Check {
-    if v < lo || v > hi {
-        return Err(Failure::invalid(format!("{name} = {v}, must be in {lo}..={hi}")));
-    }
-    Ok(())
-}
-
-/// Vector loads of 16 bytes need 16-byte aligned bases on the device.
-fn aligned16<T>(backend: Backend, p: *const T, name: &str) -> Check {
-    if backend == Backend::Cuda && !p.is_null() && (p as usize) % 16 != 0 {
-        return Err(Failure::invalid(format!(
-            "{name} ({p:p}) is not 16-byte aligned (the CUDA kernels load it 16 bytes at a time)"
-        )));
-    }
-    Ok(())
-}
 
 /// The header and padding fields: no flags are defined in ABI 1, and `reserved` must stay 0 so
 /// that a later version can give it a meaning without misreading an old caller's garbage.
@@ -54,180 +22,6 @@ fn header(flags: u32, reserved: i32) -> Check {
     }
     if reserved != 0 {
         return Err(Failure::invalid(format!("reserved = {reserved}: it must be 0")));
-    }
-    Ok(())
-}
-
-/// Bytes spanned by `rows` rows `stride` elements apart, `row` elements each: the kernels index
-/// them with 64-bit offsets, so the span must not overflow (nor exceed what a pointer can reach).
-fn extent(name: &str, rows: i64, stride: i64, row: i64, elem_bytes: i64) -> Check {
-    let span = if rows <= 0 {
-        Some(0)
-    } else {
-        (rows - 1)
-            .checked_mul(stride)
-            .and_then(|x| x.checked_add(row))
-            .and_then(|x| x.checked_mul(elem_bytes))
-    };
-    match span {
-        Some(bytes) if bytes <= isize::MAX as i64 => Ok(()),
-        _ => Err(Failure::invalid(format!(
-            "{name}: {rows} rows of stride {stride} (row {row} elements of {elem_bytes} bytes) overflow 64-bit addressing (limit {} bytes)",
-            isize::MAX
-        ))),
-    }
-}
-
-/// Bytes of a dense array of `dims` elements of `elem_bytes`: must fit 64-bit addressing.
-fn dense(name: &str, dims: &[i32], elem_bytes: i64) -> Check {
-    let elems = dims.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d.max(0) as i64));
-    extent(name, 1, 0, elems.unwrap_or(i64::MAX), elem_bytes)
-}
-
-/// Bytes of one activation element.
-fn act_bytes(dtype: i32) -> i64 {
-    if dtype == 0 {
-        4
-    } else {
-        2
-    }
-}
-
-/// Head dims, dtype, variant and the l2norm flag, as every kernel needs them.
-fn problem(h: i32, hv: i32, k: i32, v: i32, dtype: i32, variant: i32, qk_l2norm: i32) -> Check {
-    at_least(h as i64, 1, "H")?;
-    at_least(hv as i64, 1, "HV")?;
-    in_range(v, 1, ffi::RSSM_MAX_V as i32, "V (value head dim)")?;
-    in_range(hv, 1, 65535, "HV")?;
-    if hv % h != 0 {
-        return Err(Failure::invalid(format!(
-            "HV = {hv} is not a multiple of H = {h} (each key head serves HV/H value heads)"
-        )));
-    }
-    if ![32, 64, 128, 256].contains(&k) {
-        return Err(Failure::new(
-            replayssm_status::REPLAYSSM_ERR_UNSUPPORTED,
-            format!("K = {k}: the kernels are compiled for head dims 32, 64, 128 and 256"),
-        ));
-    }
-    in_range(dtype, 0, 2, "dtype (0 = f32, 1 = f16, 2 = bf16)")?;
-    in_range(variant, 0, 1, "variant (0 = GDN, 1 = KDA)")?;
-    in_range(qk_l2norm, 0, 1, "qk_l2norm")
-}
-
-/// The token inputs R, V and D share: pointers, exactly one gate form, strides, scale.
-macro_rules! check_tokens {
-    ($p:expr, $rows:expr) => {{
-        let p = $p;
-        nonnull(p.q, "q")?;
-        nonnull(p.k, "k")?;
-        nonnull(p.v, "v")?;
-        nonnull(p.o, "o")?;
-        let raw = !p.a.is_null() || !p.b.is_null() || !p.A_log.is_null() || !p.dt_bias.is_null();
-        let pre = !p.g.is_null() || !p.beta.is_null();
-        if raw == pre {
-            return Err(Failure::invalid(
-                "give exactly one gate form: raw (a, b, A_log, dt_bias) or precomputed (g, beta)",
-            ));
-        }
-        if raw {
-            nonnull(p.a, "a (raw gate)")?;
-            nonnull(p.b, "b (raw gate)")?;
-            nonnull(p.A_log, "A_log (raw gate)")?;
-            nonnull(p.dt_bias, "dt_bias (raw gate)")?;
-        } else {
-            nonnull(p.g, "g (precomputed gate)")?;
-            nonnull(p.beta, "beta (precomputed gate)")?;
-        }
-        let (h, hv, k, v) = (p.H as i64, p.HV as i64, p.K as i64, p.V as i64);
-        at_least(p.q_stride, h * k, "q_stride (elements per token, at least H*K)")?;
-        at_least(p.k_stride, h * k, "k_stride (elements per token, at least H*K)")?;
-        at_least(p.v_stride, hv * v, "v_stride (elements per token, at least HV*V)")?;
-        at_least(p.o_stride, hv * v, "o_stride (elements per token, at least HV*V)")?;
-        if raw {
-            let gate_row = if p.variant == 1 { hv * k } else { hv };
-            at_least(
-                p.a_stride,
-                gate_row,
-                "a_stride (elements per token, HV or HV*K for KDA)",
-            )?;
-            at_least(p.b_stride, hv, "b_stride (elements per token, at least HV)")?;
-        }
-        if !p.scale.is_finite() {
-            return Err(Failure::invalid(format!("scale = {} is not finite", p.scale)));
-        }
-        let (rows, act) = ($rows as i64, act_bytes(p.dtype));
-        extent("q", rows, p.q_stride, h * k, act)?;
-        extent("k", rows, p.k_stride, h * k, act)?;
-        extent("v", rows, p.v_stride, hv * v, act)?;
-        extent("o", rows, p.o_stride, hv * v, act)?;
-        if raw {
-            let gate_row = if p.variant == 1 { hv * k } else { hv };
-            extent("a", rows, p.a_stride, gate_row, act)?;
-            extent("b", rows, p.b_stride, hv, act)?;
-        }
-    }};
-}
-
-/// Pool geometry shared by the spec and decode kernels.
-fn pool(batch: i32, num_slots: i32, num_layers: i32) -> Check {
-    in_range(batch, 1, 65535, "batch")?;
-    at_least(num_slots as i64, 1, "num_slots")?;
-    at_least(num_layers as i64, 1, "num_layers")
-}
-
-/// Reads and checks (EMULATED: host memory) the slots `[batch]` and cu_seqlens `[batch + 1]` of
-/// R and V; returns both.
-///
-/// # Safety
-/// The pointers cover those extents.
-unsafe fn token_rows(
-    slots: *const i32,
-    cu_seqlens: *const i32,
-    batch: i32,
-    num_slots: i32,
-    num_tokens: i32,
-    max_seqlen: i32,
-) -> Result<(Vec<i32>, Vec<i32>), Failure> {
-    let slots = indices::live_slots(slots, batch, num_slots)?;
-    let cu = host_ints(cu_seqlens, batch as usize + 1);
-    indices::seqlens(&cu, num_tokens, max_seqlen)?;
-    Ok((slots, cu))
-}
-
-/// The pool and spec-ring extents of V, F and P (`[NL, NS, ...]`) fit 64-bit addressing.
-fn spec_extents<P: SpecDims>(p: &P, nl: i32, ns: i32, w: i32) -> Check {
-    let (h, hv, k, v, variant, dtype) = p.dims();
-    let gw = if variant == 1 { k } else { 1 };
-    dense("state", &[nl, ns, hv, v, k], 4)?;
-    dense("ring_v", &[nl, ns, hv, w, v], act_bytes(dtype))?;
-    dense("ring_k", &[nl, ns, h, w, k], act_bytes(dtype))?;
-    dense("ring_g", &[nl, ns, hv, w, gw], 4)
-}
-
-/// Head dims of the spec params structs, for [`spec_extents`].
-trait SpecDims {
-    fn dims(&self) -> (i32, i32, i32, i32, i32, i32);
-}
-
-macro_rules! spec_dims {
-    ($($t:ty),*) => {$(
-        impl SpecDims for $t {
-            fn dims(&self) -> (i32, i32, i32, i32, i32, i32) {
-                (self.H, self.HV, self.K, self.V, self.variant, self.dtype)
-            }
-        }
-    )*};
-}
-spec_dims!(replayssm_verify_params, replayssm_fold_params, replayssm_replay_params);
-
-/// F and materialise launch one grid row per (request, layer): at most 65535 of them.
-fn grid_rows(batch: i32, num_layers: i32) -> Check {
-    let rows = batch as i64 * num_layers as i64;
-    if rows > 65535 {
-        return Err(Failure::invalid(format!(
-            "batch * num_layers = {batch} * {num_layers} = {rows} exceeds 65535 (one grid row per request and layer): split the batch"
-        )));
     }
     Ok(())
 }
@@ -264,7 +58,7 @@ fn cuda_failure(kernel: &str, _backend: Backend) -> Check {
         status: replayssm_status::REPLAYSSM_ERR_CUDA,
         message: format!(
             "CUDA launch of {kernel} failed: error {code} ({})",
-            crate::cuda::error_string(code)
+            crate::runtime::cuda::error_string(code)
         ),
         cuda_error: code,
     })
@@ -314,26 +108,7 @@ pub unsafe extern "C" fn replayssm_recurrent(
         let p = read_params(params, "replayssm_recurrent_params")?;
         let backend = backend_of(backend)?;
         header(p.flags, p.reserved)?;
-        problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
-        in_range(p.batch, 1, 65535, "batch")?;
-        at_least(p.num_tokens as i64, 0, "num_tokens")?;
-        at_least(p.max_seqlen as i64, 1, "max_seqlen")?;
-        at_least(p.num_slots as i64, 1, "num_slots")?;
-        nonnull(p.cu_seqlens, "cu_seqlens")?;
-        nonnull(p.slots, "slots")?;
-        nonnull(p.state, "state")?;
-        in_range(p.write_state, 0, 1, "write_state")?;
-        check_tokens!(&p, p.num_tokens);
-        dense("state", &[p.num_slots, p.HV, p.V, p.K], 4)?;
-        if !p.snapshots.is_null() {
-            dense("snapshots", &[p.batch, p.max_seqlen, p.HV, p.V, p.K], 4)?;
-        }
-        aligned16(backend, p.state, "state")?;
-        aligned16(backend, p.snapshots, "snapshots")?;
-        if backend == Backend::Emulated {
-            // SAFETY: the documented extents of slots [batch] and cu_seqlens [batch + 1].
-            unsafe { token_rows(p.slots, p.cu_seqlens, p.batch, p.num_slots, p.num_tokens, p.max_seqlen)? };
-        }
+        crate::checks::params::recurrent(&p.kernel(), backend)?;
         launch!(
             "recurrent",
             backend,
@@ -360,73 +135,9 @@ pub unsafe extern "C" fn replayssm_verify(
         let p = read_params(params, "replayssm_verify_params")?;
         let backend = backend_of(backend)?;
         header(p.flags, p.reserved)?;
-        problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
-        pool(p.batch, p.num_slots, p.num_layers)?;
-        in_range(p.layer, 0, p.num_layers - 1, "layer")?;
-        at_least(p.num_tokens as i64, 0, "num_tokens")?;
-        in_range(
-            p.max_seqlen,
-            1,
-            ffi::RSSM_MAX_VERIFY_WINDOW as i32,
-            "max_seqlen (draft tokens per request)",
-        )?;
-        at_least(p.window as i64, 1, "window")?;
-        nonnull(p.cu_seqlens, "cu_seqlens")?;
-        nonnull(p.slots, "slots")?;
-        nonnull(p.state, "state")?;
-        let ring = [
-            p.ring_v.is_null(),
-            p.ring_k.is_null(),
-            p.ring_g.is_null(),
-            p.ring_beta.is_null(),
-        ];
-        if ring.iter().any(|&n| n) && !ring.iter().all(|&n| n) {
-            return Err(Failure::invalid(
-                "ring_v, ring_k, ring_g, ring_beta: set all four (ring write) or none",
-            ));
-        }
-        let with_ring = !ring[0];
-        if with_ring && p.window < p.max_seqlen {
-            return Err(Failure::invalid(format!(
-                "window = {} is smaller than max_seqlen = {}: the ring must hold every draft token of a request (W >= T)",
-                p.window, p.max_seqlen
-            )));
-        }
-        check_tokens!(&p, p.num_tokens);
-        spec_extents(&p, p.num_layers, p.num_slots, p.window)?;
-        aligned16(backend, p.state, "state")?;
-        if backend == Backend::Emulated {
-            // SAFETY: the documented extents of slots [batch], cu_seqlens [batch + 1] and
-            // parent [num_tokens] (read only where the windows say, after they are checked).
-            let (slots, cu) =
-                unsafe { token_rows(p.slots, p.cu_seqlens, p.batch, p.num_slots, p.num_tokens, p.max_seqlen)? };
-            if !p.parent.is_null() {
-                // SAFETY: as above.
-                let parent = unsafe { host_ints(p.parent, p.num_tokens as usize) };
-                indices::parents(&parent, &cu, &slots)?;
-            }
-        }
+        crate::checks::params::verify(&p.kernel(), backend)?;
         launch!("verify", backend, rssm_verify, rssm_emu_verify, p.kernel(), stream)
     })
-}
-
-/// Checks the spec-ring fields F and P share.
-macro_rules! check_spec_ring {
-    ($p:expr, $backend:expr) => {{
-        let p = $p;
-        header(p.flags, 0)?;
-        problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
-        pool(p.batch, p.num_slots, p.num_layers)?;
-        at_least(p.window as i64, 1, "window")?;
-        spec_extents(p, p.num_layers, p.num_slots, p.window)?;
-        nonnull(p.state, "state")?;
-        nonnull(p.ring_v, "ring_v")?;
-        nonnull(p.ring_k, "ring_k")?;
-        nonnull(p.ring_g, "ring_g")?;
-        nonnull(p.ring_beta, "ring_beta")?;
-        nonnull(p.slots, "slots")?;
-        aligned16($backend, p.state, "state")?;
-    }};
 }
 
 /// Kernel F, fold-every-commit over all layers (path fold FT with `accept_paths`): replays each
@@ -443,45 +154,8 @@ pub unsafe extern "C" fn replayssm_fold(
     guard("replayssm_fold", || {
         let p = read_params(params, "replayssm_fold_params")?;
         let backend = backend_of(backend)?;
-        check_spec_ring!(&p, backend);
-        match (p.accept_lens.is_null(), p.accept_paths.is_null()) {
-            (false, true) => {
-                if p.path_width != 0 {
-                    return Err(Failure::invalid("path_width must be 0 without accept_paths"));
-                }
-            }
-            (true, false) => in_range(p.path_width, 1, p.window, "path_width (columns of accept_paths)")?,
-            _ => {
-                return Err(Failure::invalid(
-                    "give exactly one of accept_lens (linear chain) and accept_paths (tree path fold)",
-                ))
-            }
-        }
-        if p.track_slots.is_null() != p.track_steps.is_null() {
-            return Err(Failure::invalid("track_slots and track_steps: set both or neither"));
-        }
-        grid_rows(p.batch, p.num_layers)?;
-        if backend == Backend::Emulated {
-            let b = p.batch as usize;
-            // SAFETY: the documented extents: slots, accept_lens, track_* [batch], accept_paths
-            // [batch, path_width].
-            let slots = unsafe { indices::live_slots(p.slots, p.batch, p.num_slots)? };
-            let lens = if p.accept_paths.is_null() {
-                // SAFETY: as above.
-                let lens = unsafe { host_ints(p.accept_lens, b) };
-                indices::lengths("accept_lens", &lens, &slots, p.window)?;
-                lens
-            } else {
-                let w = p.path_width as usize;
-                // SAFETY: as above.
-                indices::paths(&unsafe { host_ints(p.accept_paths, b * w) }, w, &slots, p.window)?
-            };
-            if !p.track_slots.is_null() {
-                // SAFETY: as above.
-                let (ts, st) = unsafe { (host_ints(p.track_slots, b), host_ints(p.track_steps, b)) };
-                indices::tracks(&ts, &st, &slots, &lens, p.num_slots)?;
-            }
-        }
+        header(p.flags, 0)?;
+        crate::checks::params::fold(&p.kernel(), backend)?;
         launch!("fold", backend, rssm_fold, rssm_emu_fold, p.kernel(), stream)
     })
 }
@@ -500,53 +174,10 @@ pub unsafe extern "C" fn replayssm_replay(
     guard("replayssm_replay", || {
         let p = read_params(params, "replayssm_replay_params")?;
         let backend = backend_of(backend)?;
-        check_spec_ring!(&p, backend);
-        in_range(p.layer, 0, p.num_layers - 1, "layer")?;
-        nonnull(p.counts, "counts")?;
-        if backend == Backend::Emulated {
-            // SAFETY: the documented extents of slots and counts, [batch] each.
-            let (slots, counts) = unsafe {
-                (
-                    indices::live_slots(p.slots, p.batch, p.num_slots)?,
-                    host_ints(p.counts, p.batch as usize),
-                )
-            };
-            indices::lengths("counts", &counts, &slots, p.window)?;
-        }
+        header(p.flags, 0)?;
+        crate::checks::params::replay(&p.kernel(), backend)?;
         launch!("replay", backend, rssm_replay, rssm_emu_replay, p.kernel(), stream)
     })
-}
-
-fn check_decode_ring(p: &replayssm_decode_params, backend: Backend) -> Check {
-    header(p.flags, p.reserved)?;
-    problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
-    pool(p.batch, p.num_slots, p.num_layers)?;
-    in_range(p.cache_len, 1, crate::decode::MAX_CACHE_LEN as i32, "cache_len")?;
-    let gw = if p.variant == 1 { p.K } else { 1 };
-    let (nl, ns, l) = (p.num_layers, p.num_slots, p.cache_len);
-    dense("state", &[nl, ns, p.HV, p.V, p.K], 4)?;
-    dense("ring_d", &[nl, ns, p.HV, l, p.V], 4)?;
-    dense("ring_k", &[nl, ns, p.H, l, p.K], 4)?;
-    dense("ring_g", &[nl, ns, p.HV, l, gw], 4)?;
-    nonnull(p.state, "state")?;
-    nonnull(p.ring_d, "ring_d")?;
-    nonnull(p.ring_k, "ring_k")?;
-    nonnull(p.ring_g, "ring_g")?;
-    nonnull(p.slots, "slots")?;
-    nonnull(p.positions, "positions (the cursor snapshot of this step)")?;
-    aligned16(backend, p.state, "state")?;
-    aligned16(backend, p.ring_k, "ring_k")?;
-    if backend == Backend::Emulated {
-        // SAFETY: the documented extents of slots and positions, [batch] each.
-        let (slots, pos) = unsafe {
-            (
-                indices::live_slots(p.slots, p.batch, p.num_slots)?,
-                host_ints(p.positions, p.batch as usize),
-            )
-        };
-        indices::positions("positions", &pos, &slots, p.cache_len)?;
-    }
-    Ok(())
 }
 
 /// Kernel D, buffered decode of layer `layer` (one token per row): outputs from the checkpoint
@@ -565,9 +196,8 @@ pub unsafe extern "C" fn replayssm_decode(
     guard("replayssm_decode", || {
         let p = read_params(params, "replayssm_decode_params")?;
         let backend = backend_of(backend)?;
-        check_decode_ring(&p, backend)?;
-        in_range(p.layer, 0, p.num_layers - 1, "layer")?;
-        check_tokens!(&p, p.batch);
+        header(p.flags, p.reserved)?;
+        crate::checks::params::decode(&p.kernel(), backend)?;
         launch!("decode", backend, rssm_decode, rssm_emu_decode, p.kernel(), stream)
     })
 }
@@ -587,10 +217,10 @@ pub unsafe extern "C" fn replayssm_decode_materialize(
     guard("replayssm_decode_materialize", || {
         let p = read_params(params, "replayssm_decode_params")?;
         let backend = backend_of(backend)?;
-        check_decode_ring(&p, backend)?;
-        grid_rows(p.batch, p.num_layers)?;
+        header(p.flags, p.reserved)?;
         let mut kp = p.kernel();
         kp.layer = 0;
+        crate::checks::params::materialize(&kp, backend)?;
         launch!(
             "decode_materialize",
             backend,
@@ -617,38 +247,7 @@ pub unsafe extern "C" fn replayssm_decode_cursors(
         let p = read_params(params, "replayssm_cursor_params")?;
         let backend = backend_of(backend)?;
         header(p.flags, 0)?;
-        in_range(p.op, 0, 2, "op (0 = SNAPSHOT, 1 = ADVANCE, 2 = RESET)")?;
-        in_range(p.batch, 1, 65535, "batch")?;
-        at_least(p.num_slots as i64, 1, "num_slots")?;
-        in_range(p.cache_len, 1, crate::decode::MAX_CACHE_LEN as i32, "cache_len")?;
-        nonnull(p.cursors, "cursors")?;
-        nonnull(p.slots, "slots")?;
-        if p.op != replayssm_cursor_op::REPLAYSSM_CURSOR_RESET as i32 {
-            nonnull(p.positions, "positions")?;
-        }
-        if backend == Backend::Emulated {
-            let b = p.batch as usize;
-            // SAFETY: the documented extents: slots and positions [batch], cursors [num_slots].
-            let slots = unsafe { indices::live_slots(p.slots, p.batch, p.num_slots)? };
-            if p.op == replayssm_cursor_op::REPLAYSSM_CURSOR_SNAPSHOT as i32 {
-                // SAFETY: as above; only live rows' cursors are read.
-                let cur: Vec<i32> = slots
-                    .iter()
-                    .map(|&s| {
-                        if s >= 0 {
-                            unsafe { std::ptr::read_unaligned(p.cursors.add(s as usize)) }
-                        } else {
-                            0
-                        }
-                    })
-                    .collect();
-                indices::positions("cursors[slots]", &cur, &slots, p.cache_len)?;
-            } else if p.op == replayssm_cursor_op::REPLAYSSM_CURSOR_ADVANCE as i32 {
-                // SAFETY: as above.
-                let pos = unsafe { host_ints(p.positions, b) };
-                indices::positions("positions", &pos, &slots, p.cache_len)?;
-            }
-        }
+        crate::checks::params::cursors(&p.kernel(), backend)?;
         launch!(
             "decode_cursors",
             backend,

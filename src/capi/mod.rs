@@ -15,7 +15,6 @@
 #![allow(non_camel_case_types)]
 
 mod config;
-mod indices;
 mod kernels;
 pub mod params;
 
@@ -111,6 +110,10 @@ pub const REPLAYSSM_DEVERR_DUPLICATE_SLOT: u32 = 0x20;
 pub const REPLAYSSM_DEVERR_TRACK_STEP: u32 = 0x40;
 /// Largest value head dim V a call accepts (a bound on the launch grid).
 pub const REPLAYSSM_MAX_V: i32 = 65536;
+/// Longest buffered-decode ring (`cache_len`: pending records per slot and layer).
+pub const REPLAYSSM_MAX_CACHE_LEN: i32 = 65536;
+/// Key head dims K the kernels are compiled for, as a set of powers of two (32 | 64 | 128 | 256).
+pub const REPLAYSSM_HEAD_DIMS_MASK: u32 = 0x1E0;
 
 const _: () = {
     assert!(REPLAYSSM_MAX_VERIFY_WINDOW as u32 == crate::ffi::RSSM_MAX_VERIFY_WINDOW);
@@ -122,6 +125,8 @@ const _: () = {
     assert!(REPLAYSSM_DEVERR_DUPLICATE_SLOT == crate::ffi::RSSM_DEVERR_DUPLICATE_SLOT);
     assert!(REPLAYSSM_DEVERR_TRACK_STEP == crate::ffi::RSSM_DEVERR_TRACK_STEP);
     assert!(REPLAYSSM_MAX_V as u32 == crate::ffi::RSSM_MAX_V);
+    assert!(REPLAYSSM_MAX_CACHE_LEN as u32 == crate::ffi::RSSM_MAX_CACHE_LEN);
+    assert!(REPLAYSSM_HEAD_DIMS_MASK == crate::ffi::RSSM_HEAD_DIMS_MASK);
 };
 
 /// A refused call: its status, its message and, for CUDA failures, the cudaError_t.
@@ -129,6 +134,20 @@ pub(crate) struct Failure {
     pub status: replayssm_status,
     pub message: String,
     pub cuda_error: i32,
+}
+
+/// Every check the library runs (`crate::checks`) refuses with a typed error; the C ABI reports it
+/// with the matching status and the same message.
+impl From<crate::Error> for Failure {
+    fn from(e: crate::Error) -> Failure {
+        let status = match e {
+            crate::Error::UnsupportedParam(_) | crate::Error::Unsupported { .. } => {
+                replayssm_status::REPLAYSSM_ERR_UNSUPPORTED
+            }
+            _ => replayssm_status::REPLAYSSM_ERR_INVALID_ARGUMENT,
+        };
+        Failure::new(status, e.to_string())
+    }
 }
 
 impl Failure {
@@ -343,7 +362,10 @@ unsafe fn cuda_read_and_reset(word: *mut u32, stream: *mut std::ffi::c_void) -> 
     use crate::ffi;
     let fail = |call: &str, code: i32| Failure {
         status: replayssm_status::REPLAYSSM_ERR_CUDA,
-        message: format!("{call} failed: error {code} ({})", crate::cuda::error_string(code)),
+        message: format!(
+            "{call} failed: error {code} ({})",
+            crate::runtime::cuda::error_string(code)
+        ),
         cuda_error: code,
     };
     let code = ffi::rssm_cuda_stream_synchronize(stream);
@@ -351,6 +373,7 @@ unsafe fn cuda_read_and_reset(word: *mut u32, stream: *mut std::ffi::c_void) -> 
         return Err(fail("cudaStreamSynchronize", code));
     }
     let mut bits = 0u32;
+    crate::runtime::cuda::count_device_to_host();
     let code = ffi::rssm_cuda_memcpy_dtoh((&mut bits as *mut u32).cast(), word as *const _, 4);
     if code != 0 {
         return Err(fail("cudaMemcpy (device to host)", code));

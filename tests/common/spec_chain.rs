@@ -1,4 +1,4 @@
-//! Shared by tests/spec.rs, tests/tree.rs and tests/gpu.rs: pools, verify runs and the chained-commit check.
+//! Shared by tests/verify.rs, tests/fold.rs, tests/tree.rs and tests/gpu.rs: pools, verify runs and the chained-commit check.
 
 use rand::{Rng, SeedableRng};
 use replayssm::backend::Backend;
@@ -218,4 +218,18 @@ pub fn chain(
         );
     }
     println!("{backend} {variant} {dtype} {dims:?}: {commits} commits, {total_accepted} tokens folded, bit-identical");
+}
+
+/// A small two-request GDN workload with its ring shape, spec pool and ring (the S1 checks).
+pub fn small() -> (RecurrentData, RingShape, CheckpointPool, SpecRing) {
+    let dims = HeadDims {
+        h: 1,
+        hv: 2,
+        k: 32,
+        v: 32,
+    };
+    let data = RecurrentData::random(&spec(Variant::Gdn, dims, DType::F32, &[3, 4]), 8);
+    let (shape, pool) = pool_for(&data, 2, 4, 8);
+    let ring = SpecRing::new(shape, true).unwrap();
+    (data, shape, pool, ring)
 }

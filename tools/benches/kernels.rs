@@ -1,6 +1,6 @@
 //! Criterion benches of kernels R (decode; window with snapshots), V, F (all layers), P, D (flush
 //! and non-flush) and the recurrent commit copy, over the four model shapes of the performance
-//! targets, through the same harness as `replayssm bench` (src/bench): same buffers, same input
+//! targets, through the same harness as `replayssm bench` (tools/src/bench): same buffers, same input
 //! sets, same C ABI calls.
 //!
 //! On a GPU, criterion gets device time: each sample is `iters` launches between two CUDA events

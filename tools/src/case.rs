@@ -509,7 +509,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
     }
     // Before anything is sized from it: cu_seqlens must describe exactly the N tokens of q.
     let (_, max_len) =
-        replayssm::problem::check_seqlens(&cu_seqlens, n).map_err(|e| r.bad("cu_seqlens", e.to_string()))?;
+        replayssm::checks::check_seqlens(&cu_seqlens, n).map_err(|e| r.bad("cu_seqlens", e.to_string()))?;
     // Before the run sizes its ring by requests x window: the verify kernel's window limit.
     if matches!(op, Op::Verify | Op::Fold) && max_len > MAX_VERIFY_WINDOW {
         return Err(r.bad(

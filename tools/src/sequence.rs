@@ -1,12 +1,12 @@
 //! A workload through kernel D one token per step (the decode tests and `replayssm check`'s
 //! decode cases): the pool, the ring and the cursor protocol driven as an engine would.
 
+use replayssm::checks::check_slots;
 use replayssm::config::{resolve, EngineFlags};
 use replayssm::decode::{decode, materialize, DecodeRing, ForceFlush};
 use replayssm::dtype::ActBuffer;
 use replayssm::error::{Error, Result};
-use replayssm::problem::check_slots;
-use replayssm::recurrent::validate_tokens;
+use replayssm::tokens::validate_tokens;
 use replayssm::{Backend, CheckpointPool};
 
 use crate::workload::RecurrentData;
@@ -56,7 +56,7 @@ pub fn decode_sequence(
     // from garbage lengths).
     d.validate()?;
     let n = data.q.len() / (d.h * d.k);
-    replayssm::problem::check_seqlens(&data.cu_seqlens, n)?;
+    replayssm::checks::check_seqlens(&data.cu_seqlens, n)?;
     let mut o_all = ActBuffer::nan(data.dtype, n * d.hv * d.v);
     validate_tokens(backend, &data.inputs(), &o_all.dense_mut(n, d.hv * d.v))?;
     check_slots(&data.slots, data.cu_seqlens.len() - 1, data.state.len() / per_slot)?;

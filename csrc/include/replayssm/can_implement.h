@@ -10,8 +10,10 @@
 
 namespace rssm {
 
-// Head dims the kernels are compiled for: K = 32 * EPL.
-inline bool supported_head_dim(int32_t k) { return k == 32 || k == 64 || k == 128 || k == 256; }
+// Head dims the kernels are compiled for (K = 32 * EPL): the powers of two in RSSM_HEAD_DIMS_MASK.
+inline bool supported_head_dim(int32_t k) {
+  return k > 0 && (k & (k - 1)) == 0 && (uint32_t(k) & RSSM_HEAD_DIMS_MASK) != 0;
+}
 
 inline bool aligned(const void *p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
@@ -58,7 +60,7 @@ namespace rssm {
 inline rssm_status spec_common_can_implement(int32_t batch, int32_t num_slots, int32_t num_layers, int32_t window,
                                              int32_t H, int32_t HV, int32_t K, int32_t V, int32_t dtype,
                                              int32_t variant) {
-  if (batch < 1 || batch > 65535 || num_slots < 1 || num_layers < 1 || window < 1 || H < 1 || HV < 1 || K < 1 ||
+  if (batch < 1 || batch > RSSM_MAX_BATCH || num_slots < 1 || num_layers < 1 || window < 1 || H < 1 || HV < 1 || K < 1 ||
       V < 1 || V > RSSM_MAX_V || HV % H != 0 || HV > 65535)
     return RSSM_ERR_INVALID_ARGUMENT;
   if (dtype < RSSM_DTYPE_F32 || dtype > RSSM_DTYPE_BF16) return RSSM_ERR_INVALID_ARGUMENT;
@@ -121,6 +123,7 @@ inline rssm_status decode_can_implement(const rssm_decode_params *p, bool vector
   const rssm_status st = spec_common_can_implement(p->batch, p->num_slots, p->num_layers, p->cache_len, p->H, p->HV,
                                                    p->K, p->V, p->dtype, p->variant);
   if (st != RSSM_OK) return st;
+  if (p->cache_len > RSSM_MAX_CACHE_LEN) return RSSM_ERR_INVALID_ARGUMENT;
   if (p->layer < 0 || p->layer >= p->num_layers) return RSSM_ERR_INVALID_ARGUMENT;
   if (!p->state || !p->ring_d || !p->ring_k || !p->ring_g || !p->slots || !p->positions)
     return RSSM_ERR_INVALID_ARGUMENT;
@@ -140,7 +143,8 @@ namespace rssm {
 // The cursor kernel: every array it touches present, sizes in range, a known op.
 inline rssm_status cursors_can_implement(const rssm_cursor_params *p) {
   if (!p || !p->cursors || !p->slots) return RSSM_ERR_INVALID_ARGUMENT;
-  if (p->batch < 1 || p->num_slots < 1 || p->cache_len < 1) return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->batch < 1 || p->num_slots < 1 || p->cache_len < 1 || p->cache_len > RSSM_MAX_CACHE_LEN)
+    return RSSM_ERR_INVALID_ARGUMENT;
   if (p->op != RSSM_CURSOR_SNAPSHOT && p->op != RSSM_CURSOR_ADVANCE && p->op != RSSM_CURSOR_RESET)
     return RSSM_ERR_INVALID_ARGUMENT;
   if (p->op != RSSM_CURSOR_RESET && !p->positions) return RSSM_ERR_INVALID_ARGUMENT;

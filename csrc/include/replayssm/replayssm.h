@@ -57,6 +57,16 @@ typedef enum rssm_variant {
  * far above any model's (128 or 256), so that a garbage V is refused rather than launched. */
 #define RSSM_MAX_V 65536
 
+/* Longest buffered-decode ring (pending records per slot and layer) kernel D accepts. */
+#define RSSM_MAX_CACHE_LEN 65536
+
+/* Key head dims K the kernels are compiled for, as a set of powers of two (32 | 64 | 128 | 256):
+ * the one list every binding reads (can_implement, the Rust checks, Python). */
+#define RSSM_HEAD_DIMS_MASK 0x1E0u
+
+/* Most requests (rows) of one launch: a grid dimension. */
+#define RSSM_MAX_BATCH 65535
+
 /* Longest verify window the V kernel is compiled for; also the most nodes of one draft tree
  * (tree verify), so a tree is at most this deep. */
 #define RSSM_MAX_VERIFY_WINDOW 16
@@ -270,7 +280,7 @@ int32_t rssm_cuda_synchronize(void);
 int32_t rssm_cuda_last_error(void);
 const char *rssm_cuda_error_string(int32_t code);
 
-/* Streams, events, graphs and copies for the benchmark harness (src/bench): what it times and
+/* Streams, events, graphs and copies for the benchmark harness (tools/src/bench): what it times and
  * how, without a CUDA bindings crate. Handles are opaque pointers (cudaStream_t, cudaEvent_t,
  * cudaGraphExec_t). */
 int32_t rssm_cuda_stream_create(void **stream); /* non-blocking */

@@ -1,4 +1,4 @@
-//! The performance harness behind `replayssm bench` and `benches/kernels.rs` (issue 6).
+//! The performance harness behind `replayssm bench` and `tools/benches/kernels.rs` (issue 6).
 //!
 //! Each case (kernel, model shape, batch B, window T) gets random inputs, replicated into enough
 //! input sets that their total is several times the L2 (consecutive launches rotate through
@@ -377,7 +377,7 @@ fn gib(b: usize) -> f64 {
 }
 
 /// A case with its buffers allocated and filled, ready to launch (what `replayssm bench` times,
-/// and what `benches/kernels.rs` hands to criterion).
+/// and what `tools/benches/kernels.rs` hands to criterion).
 pub struct PreparedCase {
     #[cfg_attr(not(replayssm_cuda), allow(dead_code))]
     backend: Backend,

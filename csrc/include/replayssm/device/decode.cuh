@@ -5,7 +5,9 @@
 // and because the ring keeps u and k^ in f32 the flushed state equals R's bit for bit for any L.
 #pragma once
 
-#include "replayssm/device/recurrent.cuh"
+#include "replayssm/device/delta_rule.cuh"
+#include "replayssm/device/tiling.cuh"
+#include "replayssm/replayssm.h"
 
 namespace rssm {
 

@@ -4,17 +4,10 @@
 #pragma once
 
 #include "replayssm/device/delta_rule.cuh"
+#include "replayssm/device/tiling.cuh"
 #include "replayssm/replayssm.h"
 
 namespace rssm {
-
-// R, P, F and V share one tiling: 4 warps per block, 4 state rows per warp.
-struct RowTiling {
-  static constexpr int kWarps = 4;
-  static constexpr int kRows = 4;  // state rows per warp
-  static constexpr int kThreads = kWarps * kWarpSize;
-  static constexpr int kRowsPerBlock = kWarps * kRows;
-};
 
 template <int EPL, class Act, bool KDA>
 __global__ void __launch_bounds__(RowTiling::kThreads) recurrent_kernel(const rssm_recurrent_params p) {

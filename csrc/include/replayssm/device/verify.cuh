@@ -14,7 +14,9 @@
 // The checkpoint is never written.
 #pragma once
 
-#include "replayssm/device/recurrent.cuh"
+#include "replayssm/device/delta_rule.cuh"
+#include "replayssm/device/tiling.cuh"
+#include "replayssm/replayssm.h"
 
 namespace rssm {
 

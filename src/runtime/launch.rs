@@ -14,7 +14,7 @@ pub(crate) enum Memory {
     Host,
     #[cfg(replayssm_cuda)]
     Device {
-        buffers: Vec<crate::cuda::DeviceBuffer>,
+        buffers: Vec<crate::runtime::cuda::DeviceBuffer>,
         /// (index into buffers, host destination, bytes) of every output.
         outputs: Vec<(usize, *mut u8, usize)>,
     },
@@ -26,7 +26,7 @@ impl Memory {
         match backend {
             Backend::Emulated => Ok(Memory::Host),
             Backend::Cuda => {
-                crate::cuda::device().map_err(|reason| Error::BackendUnavailable {
+                crate::runtime::cuda::device().map_err(|reason| Error::BackendUnavailable {
                     backend: Backend::Cuda,
                     reason,
                 })?;
@@ -48,7 +48,7 @@ impl Memory {
             Memory::Host => Ok(s.as_ptr()),
             #[cfg(replayssm_cuda)]
             Memory::Device { buffers, .. } => {
-                let b = crate::cuda::DeviceBuffer::from_bytes(bytes_of(s))?;
+                let b = crate::runtime::cuda::DeviceBuffer::from_bytes(bytes_of(s))?;
                 let p = b.ptr() as *const T;
                 buffers.push(b);
                 Ok(p)
@@ -64,7 +64,7 @@ impl Memory {
             #[cfg(replayssm_cuda)]
             Memory::Device { buffers, outputs } => {
                 let bytes = bytes_of_mut(s);
-                let b = crate::cuda::DeviceBuffer::from_bytes(bytes)?;
+                let b = crate::runtime::cuda::DeviceBuffer::from_bytes(bytes)?;
                 let p = b.ptr() as *mut T;
                 outputs.push((buffers.len(), bytes.as_mut_ptr(), bytes.len()));
                 buffers.push(b);
@@ -79,7 +79,7 @@ impl Memory {
             Memory::Host => Ok(()),
             #[cfg(replayssm_cuda)]
             Memory::Device { buffers, outputs } => {
-                crate::cuda::synchronize()?;
+                crate::runtime::cuda::synchronize()?;
                 for (i, host, len) in outputs {
                     // SAFETY: `host` came from a live `&mut [T]` of `len` bytes (see `output`).
                     let dst = unsafe { std::slice::from_raw_parts_mut(host, len) };
@@ -101,7 +101,7 @@ pub(crate) fn check_status(kernel: &'static str, backend: Backend, raw: ffi::rss
                 .into_owned(),
             #[cfg(replayssm_cuda)]
             // SAFETY: plain call into the CUDA runtime.
-            Backend::Cuda => crate::cuda::error_string(unsafe { ffi::rssm_cuda_last_error() }),
+            Backend::Cuda => crate::runtime::cuda::error_string(unsafe { ffi::rssm_cuda_last_error() }),
             _ => String::new(),
         };
         Error::Kernel {

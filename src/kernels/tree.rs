@@ -16,16 +16,14 @@
 use crate::backend::Backend;
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
-use crate::pool::CheckpointPool;
-use crate::recurrent::RecurrentInputs;
+use crate::kernels::fold::fold_commit;
+use crate::kernels::replay::{Commit, Track};
+use crate::kernels::verify::{validate_verify, verify_kernel, write_ring_reference, VerifyPlan};
+use crate::limits::MAX_TREE_NODES;
 use crate::reference;
-use crate::ring::SpecRing;
-use crate::spec::{
-    fold_commit, validate_verify, verify_kernel, write_ring_reference, Commit, Track, VerifyPlan, MAX_VERIFY_WINDOW,
-};
-
-/// Most nodes of one request's draft tree the tree kernels take (the verify window limit).
-pub const MAX_TREE_NODES: usize = MAX_VERIFY_WINDOW;
+use crate::state::pool::CheckpointPool;
+use crate::state::spec_ring::SpecRing;
+use crate::tokens::RecurrentInputs;
 
 fn tree_error(why: String) -> Error {
     Error::InvalidValue {

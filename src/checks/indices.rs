@@ -1,48 +1,58 @@
-//! Host checks of the device-side index arrays (slots, cu_seqlens, accept lengths, tracks, paths,
-//! positions, cursors) for the EMULATED backend, where they are host memory the library can read
+//! The kernels' rules for the device-side index arrays (slots, cu_seqlens, accept lengths, tracks,
+//! paths, positions, cursors), checked on the host wherever they are host memory (the Rust API
+//! always; the C ABI on the EMULATED backend), where they are host memory the library can read
 //! before launching. A refusal here writes nothing: the caller's state is bit-identical after it.
 //! On CUDA the host never reads them (graph replay); the kernels apply the same rules and flag
 //! the error word instead. The rules are the kernels' (`device/*.cuh`), row for row.
 
-use super::Failure;
+use crate::error::{Error, Result};
 
-type Check = Result<(), Failure>;
+type Check = Result<()>;
 
-/// Reads `n` i32 from caller memory one element at a time (the caller's pointer need not be
-/// aligned for a Rust slice); `n` is bounded by the batch limits checked before.
+fn bad(message: String) -> Error {
+    Error::BadIndex(message)
+}
+
+/// `n` i32 of caller memory, in place when aligned, else read one element at a time (a C
+/// caller's pointer need not be aligned for a Rust slice); `n` is bounded by the batch limits
+/// checked before.
 ///
 /// # Safety
 /// `p` points to `n` readable i32 (the params' documented extent).
-pub(super) unsafe fn host_ints(p: *const i32, n: usize) -> Vec<i32> {
-    (0..n).map(|i| std::ptr::read_unaligned(p.add(i))).collect()
+pub(crate) unsafe fn host_ints<'a>(p: *const i32, n: usize) -> std::borrow::Cow<'a, [i32]> {
+    if (p as usize) % std::mem::align_of::<i32>() == 0 {
+        // Aligned (every Rust caller, most C callers): read in place, no copy.
+        std::borrow::Cow::Borrowed(std::slice::from_raw_parts(p, n))
+    } else {
+        std::borrow::Cow::Owned((0..n).map(|i| std::ptr::read_unaligned(p.add(i))).collect())
+    }
 }
 
 /// Reads `slots [batch]` from caller memory and checks them with the Rust API's own rule
-/// ([`crate::problem::check_slots`]: each in -1..num_slots, every live slot used by one row only,
+/// ([`crate::checks::check_slots`]: each in -1..num_slots, every live slot used by one row only,
 /// since two rows on one slot would race on its state, ring or cursor).
 ///
 /// # Safety
 /// `p` points to `batch` readable i32.
-pub(super) unsafe fn live_slots(p: *const i32, batch: i32, num_slots: i32) -> Result<Vec<i32>, Failure> {
+pub(crate) unsafe fn live_slots<'a>(p: *const i32, batch: i32, num_slots: i32) -> Result<std::borrow::Cow<'a, [i32]>> {
     let slots = host_ints(p, batch as usize);
-    crate::problem::check_slots(&slots, slots.len(), num_slots as usize)
-        .map_err(|e| Failure::invalid(e.to_string()))?;
+    crate::checks::check_slots(&slots, slots.len(), num_slots as usize)?;
     Ok(slots)
 }
 
 /// cu_seqlens `[batch + 1]` as the kernels read it: every request's tokens inside
 /// 0..num_tokens, in order, at most `max_seqlen` of them.
-pub(super) fn seqlens(cu: &[i32], num_tokens: i32, max_seqlen: i32) -> Check {
+pub fn seqlens(cu: &[i32], num_tokens: i32, max_seqlen: i32) -> Check {
     for (r, w) in cu.windows(2).enumerate() {
         let (bos, eos) = (w[0], w[1]);
         if bos < 0 || eos < bos || eos > num_tokens {
-            return Err(Failure::invalid(format!(
+            return Err(bad(format!(
                 "cu_seqlens[{r}..={}] = {bos}..{eos}: a request's tokens must satisfy 0 <= cu_seqlens[r] <= cu_seqlens[r+1] <= num_tokens = {num_tokens}",
                 r + 1
             )));
         }
         if eos - bos > max_seqlen {
-            return Err(Failure::invalid(format!(
+            return Err(bad(format!(
                 "request {r} has {} tokens (cu_seqlens[{r}..={}] = {bos}..{eos}), more than max_seqlen = {max_seqlen}",
                 eos - bos,
                 r + 1
@@ -54,7 +64,7 @@ pub(super) fn seqlens(cu: &[i32], num_tokens: i32, max_seqlen: i32) -> Check {
 
 /// Tree parents of every live request's window: `parent[bos + i]` in -1..i (parents precede
 /// children; the kernel builds no tree for a null row).
-pub(super) fn parents(parent: &[i32], cu: &[i32], slots: &[i32]) -> Check {
+pub fn parents(parent: &[i32], cu: &[i32], slots: &[i32]) -> Check {
     for (r, w) in cu.windows(2).enumerate() {
         if slots[r] < 0 {
             continue;
@@ -62,7 +72,7 @@ pub(super) fn parents(parent: &[i32], cu: &[i32], slots: &[i32]) -> Check {
         for i in 0..(w[1] - w[0]) as usize {
             let p = parent[w[0] as usize + i];
             if p < -1 || p >= i as i32 {
-                return Err(Failure::invalid(format!(
+                return Err(bad(format!(
                     "parent[{}] = {p} (request {r}, node {i}) must be -1 (child of the checkpoint) or an earlier node 0..{i}",
                     w[0] as usize + i
                 )));
@@ -73,10 +83,10 @@ pub(super) fn parents(parent: &[i32], cu: &[i32], slots: &[i32]) -> Check {
 }
 
 /// Per-row lengths (`accept_lens`, `counts`) of live rows in 0..=window.
-pub(super) fn lengths(field: &str, lens: &[i32], slots: &[i32], window: i32) -> Check {
+pub fn lengths(field: &str, lens: &[i32], slots: &[i32], window: i32) -> Check {
     for (b, (&n, &s)) in lens.iter().zip(slots).enumerate() {
         if s >= 0 && (n < 0 || n > window) {
-            return Err(Failure::invalid(format!(
+            return Err(bad(format!(
                 "{field}[{b}] = {n} is outside 0..={window} (the ring window)"
             )));
         }
@@ -86,7 +96,7 @@ pub(super) fn lengths(field: &str, lens: &[i32], slots: &[i32], window: i32) -> 
 
 /// Accepted paths `[batch, width]` of live rows: window positions, increasing, -1 padded.
 /// Returns each row's length.
-pub(super) fn paths(paths: &[i32], width: usize, slots: &[i32], window: i32) -> Result<Vec<i32>, Failure> {
+pub fn paths(paths: &[i32], width: usize, slots: &[i32], window: i32) -> Result<Vec<i32>> {
     let mut lens = vec![0; slots.len()];
     for (b, &s) in slots.iter().enumerate() {
         let row = &paths[b * width..(b + 1) * width];
@@ -97,7 +107,7 @@ pub(super) fn paths(paths: &[i32], width: usize, slots: &[i32], window: i32) -> 
         }
         for (t, &x) in row[..n].iter().enumerate() {
             if x < 0 || x >= window || (t > 0 && x <= row[t - 1]) {
-                return Err(Failure::invalid(format!(
+                return Err(bad(format!(
                     "accept_paths[{b}][{t}] = {x}: a path lists increasing window positions 0..{window}, then -1"
                 )));
             }
@@ -108,30 +118,30 @@ pub(super) fn paths(paths: &[i32], width: usize, slots: &[i32], window: i32) -> 
 
 /// Tracks of a fold: a track slot (-1 = none) in range, distinct from every live slot and every
 /// other track slot, on a live row whose track step lies in 0..n (n the steps it commits).
-pub(super) fn tracks(track_slots: &[i32], track_steps: &[i32], slots: &[i32], lens: &[i32], num_slots: i32) -> Check {
+pub fn tracks(track_slots: &[i32], track_steps: &[i32], slots: &[i32], lens: &[i32], num_slots: i32) -> Check {
     let mut first = std::collections::HashMap::new();
     for (b, (&ts, &step)) in track_slots.iter().zip(track_steps).enumerate() {
         if ts == -1 {
             continue;
         }
         if ts < -1 || ts >= num_slots {
-            return Err(Failure::invalid(format!(
+            return Err(bad(format!(
                 "track_slots[{b}] = {ts} is out of range: -1 (no track) or 0..{num_slots} (num_slots)"
             )));
         }
         if let Some(r) = slots.iter().position(|&s| s == ts) {
-            return Err(Failure::invalid(format!(
+            return Err(bad(format!(
                 "track_slots[{b}] = {ts} is also slots[{r}], a live checkpoint: a track slot must differ from every live slot"
             )));
         }
         if let Some(a) = first.insert(ts, b) {
-            return Err(Failure::invalid(format!(
+            return Err(bad(format!(
                 "track_slots[{a}] and track_slots[{b}] are both {ts}: track slots in one launch must be distinct"
             )));
         }
         let n = if slots[b] < 0 { 0 } else { lens[b] };
         if step < 0 || step >= n {
-            return Err(Failure::invalid(format!(
+            return Err(bad(format!(
                 "track_steps[{b}] = {step} is outside 0..{n}: row {b} commits {n} steps{} (set track_slots[{b}] = -1 when no snapshot is due)",
                 if slots[b] < 0 { " (a null row)" } else { "" }
             )));
@@ -141,10 +151,10 @@ pub(super) fn tracks(track_slots: &[i32], track_steps: &[i32], slots: &[i32], le
 }
 
 /// Cursor snapshots (`positions`) or cursors of live rows in 0..cache_len.
-pub(super) fn positions(field: &str, values: &[i32], slots: &[i32], cache_len: i32) -> Check {
+pub fn positions(field: &str, values: &[i32], slots: &[i32], cache_len: i32) -> Check {
     for (b, (&m, &s)) in values.iter().zip(slots).enumerate() {
         if s >= 0 && (m < 0 || m >= cache_len) {
-            return Err(Failure::invalid(format!(
+            return Err(bad(format!(
                 "{field}[{b}] = {m} (slot {s}) is outside 0..{cache_len} (cache_len)"
             )));
         }
@@ -157,7 +167,7 @@ mod tests {
     use super::*;
 
     fn msg(c: Check) -> String {
-        c.err().map(|f| f.message).unwrap_or_default()
+        c.err().map(|e| e.to_string()).unwrap_or_default()
     }
 
     #[test]

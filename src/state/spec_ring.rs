@@ -3,8 +3,8 @@
 use crate::config::{GateError, Mode};
 use crate::dtype::{ActBuffer, DType};
 use crate::error::{Error, Result};
-use crate::pool::CheckpointPool;
 use crate::problem::{HeadDims, Variant};
+use crate::state::pool::CheckpointPool;
 
 /// Geometry of a checkpoint pool and its spec ring: `layers` x `slots` x window `W`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,4 +162,29 @@ impl SpecRing {
         }
         Ok(())
     }
+}
+
+/// The pool must serve the spec ring (SPEC §5 P1).
+pub(crate) fn check_spec_pool(pool: &CheckpointPool) -> Result<()> {
+    match pool.mode() {
+        Mode::Spec => Ok(()),
+        Mode::Off => Err(GateError::SpecRingWithoutSpec { mode: "off" }.into()),
+        Mode::Buffered { .. } => Err(GateError::SpecRingWithoutSpec {
+            mode: "buffered decode",
+        }
+        .into()),
+    }
+}
+
+/// The ring must have been built for this pool's geometry (variant, head dims, layers, slots).
+pub(crate) fn check_ring_matches(ring: &SpecRing, pool: &CheckpointPool) -> Result<()> {
+    ring.check()?;
+    let (r, p) = (ring.shape, pool.shape());
+    if r.variant != p.variant || r.dims != p.dims || r.layers != p.layers || r.slots != p.slots {
+        return Err(Error::InvalidValue {
+            what: "spec ring",
+            why: format!("ring shape {r:?} does not match the pool's {p:?}"),
+        });
+    }
+    Ok(())
 }

@@ -1,0 +1,47 @@
+// Kernel F (fold-every-commit over all layers, and its path mode FT), SPEC §4: one launch
+// replays each live request's accepted ring records into its fp32 checkpoint in every layer,
+// through replay.cuh's replay_slot (the same update sequence as kernel R: bit-identical).
+#pragma once
+
+#include "replayssm/device/replay.cuh"
+
+namespace rssm {
+
+template <int EPL, class Act, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads, 1) fold_kernel(const rssm_fold_params p) {
+  const int warp = threadIdx.x / kWarpSize;
+  if (int((blockIdx.x * RowTiling::kWarps + warp) * RowTiling::kRows) >= p.V) return;
+  const RingGeometry geo{p.state, p.ring_v, p.ring_k, p.ring_g, p.ring_beta, p.error_word,
+                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0};
+  const int b = blockIdx.z / p.num_layers, layer = blockIdx.z % p.num_layers;
+  const bool reporter = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && layer == 0;
+  const int32_t *path = p.accept_paths ? p.accept_paths + int64_t(b) * p.path_width : nullptr;
+  const int slot = p.slots[b];
+  const int n = path ? accepted_path_length(path, p.path_width, p.window) : p.accept_lens[b];
+  if (path && n < 0 && slot != -1) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_TREE);
+    return;
+  }
+  // The track is checked before the request's own indices so that a track on a row that commits
+  // nothing is flagged too: the engine must not believe a prefix-cache snapshot exists.
+  int track_slot = p.track_slots ? p.track_slots[b] : -1;
+  const int track_step = p.track_steps ? p.track_steps[b] : -1;
+  if (track_slot != -1) {
+    uint32_t bad = 0;
+    if (track_slot < -1 || track_slot >= p.num_slots)
+      bad = RSSM_DEVERR_TRACK_SLOT;
+    else if (warp_find_other(p.slots, p.batch, -1, track_slot) ||
+             warp_find_other(p.track_slots, p.batch, b, track_slot))
+      bad = RSSM_DEVERR_DUPLICATE_SLOT;  // a live slot's checkpoint, or another row's track
+    else if (slot < 0 || track_step < 0 || track_step >= n)
+      bad = RSSM_DEVERR_TRACK_STEP;  // (n < 0, a bad path, is flagged as BAD_TREE above)
+    if (bad) {
+      if (reporter) report_device_error(p.error_word, bad);
+      track_slot = -1;
+    }
+  }
+  if (!replay_indices_ok(geo, p.slots, p.batch, b, slot, n, reporter)) return;
+  replay_slot<EPL, Act, KDA>(geo, layer, slot, n, track_slot, track_step, path);
+}
+
+}  // namespace rssm

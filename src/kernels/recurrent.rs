@@ -1,0 +1,168 @@
+//! Kernel R, the recurrent baseline (SPEC §4 R): safe wrapper over all three backends.
+//!
+//! `recurrent(backend, &inputs, &mut outputs)` checks every shape, dtype, stride, slot and
+//! sequence length first (typed [`Error`]s), then runs the Rust reference, the emulated kernel or
+//! the CUDA kernel. Launcher: `csrc/kernels/recurrent.cu`; device code:
+//! `csrc/include/replayssm/device/recurrent.cuh`; reference: [`crate::reference`].
+
+use crate::backend::Backend;
+use crate::checks::{check_len, check_slots};
+use crate::dtype::ActViewMut;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::reference;
+use crate::runtime::launch::{check_error_word, check_status, launch, Memory};
+use crate::tokens::{stage_output_view, stage_tokens, validate_tokens, RecurrentInputs};
+
+/// Outputs of kernel R.
+#[derive(Debug)]
+pub struct RecurrentOutputs<'a> {
+    /// `[N, HV, V]`, same dtype as q.
+    pub o: ActViewMut<'a>,
+    /// Checkpoint pool `[NS, HV, V, K]`, read at each request's slot.
+    pub state: &'a mut [f32],
+    /// Store the final state back into the request's slot.
+    pub write_state: bool,
+    /// `[B, T, HV, V, K]` with `T` the longest request: state after each token. Entries of null
+    /// requests and past a request's length are left untouched.
+    pub snapshots: Option<&'a mut [f32]>,
+}
+
+/// What validation derived from the inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecurrentPlan {
+    pub num_tokens: usize,
+    pub batch: usize,
+    pub max_seqlen: usize,
+    pub num_slots: usize,
+}
+
+/// Checks everything a launch of kernel R depends on; returns the derived sizes.
+pub fn validate(backend: Backend, inp: &RecurrentInputs<'_>, out: &RecurrentOutputs<'_>) -> Result<RecurrentPlan> {
+    let d = inp.dims;
+    let (n, batch, max_seqlen) = validate_tokens(backend, inp, &out.o)?;
+    let per_slot = d.state_elems();
+    if out.state.is_empty() || out.state.len() % per_slot != 0 {
+        return Err(Error::Shape {
+            tensor: "state",
+            expected: format!("[NS, HV={}, V={}, K={}] with NS >= 1", d.hv, d.v, d.k),
+            got: format!("{} elements", out.state.len()),
+        });
+    }
+    let num_slots = out.state.len() / per_slot;
+    if num_slots > i32::MAX as usize {
+        return Err(Error::InvalidValue {
+            what: "slot count",
+            why: format!("{num_slots} slots do not fit in i32"),
+        });
+    }
+    check_slots(inp.slots, batch, num_slots)?;
+    if let Some(s) = out.snapshots.as_deref() {
+        check_len("snapshots", s.len(), batch * max_seqlen * per_slot, || {
+            format!("[B={batch}, T={max_seqlen}, HV={}, V={}, K={}]", d.hv, d.v, d.k)
+        })?;
+    }
+    Ok(RecurrentPlan {
+        num_tokens: n,
+        batch,
+        max_seqlen,
+        num_slots,
+    })
+}
+
+/// Runs kernel R on `backend` after validating every input.
+pub fn recurrent(backend: Backend, inp: &RecurrentInputs<'_>, out: &mut RecurrentOutputs<'_>) -> Result<RecurrentPlan> {
+    let plan = validate(backend, inp, out)?;
+    match backend {
+        Backend::Reference => recurrent_reference(inp, &plan, out),
+        Backend::Emulated | Backend::Cuda => run_kernel(backend, inp, &plan, out)?,
+    }
+    Ok(plan)
+}
+
+fn run_kernel(
+    backend: Backend,
+    inp: &RecurrentInputs<'_>,
+    plan: &RecurrentPlan,
+    out: &mut RecurrentOutputs<'_>,
+) -> Result<()> {
+    let d = inp.dims;
+    let mut mem = Memory::for_backend(backend)?;
+    let mut word = [0u32];
+    let t = stage_tokens(&mut mem, inp)?;
+    let params = ffi::rssm_recurrent_params {
+        q: t.q.cast(),
+        k: t.k.cast(),
+        v: t.v.cast(),
+        a: t.a.cast(),
+        b: t.b.cast(),
+        A_log: t.a_log,
+        dt_bias: t.dt_bias,
+        g: t.g,
+        beta: t.beta,
+        cu_seqlens: t.cu_seqlens,
+        slots: t.slots,
+        state: mem.output(out.state)?,
+        snapshots: match out.snapshots.as_deref_mut() {
+            Some(s) => mem.output(s)?,
+            None => std::ptr::null_mut(),
+        },
+        o: stage_output_view(&mut mem, &mut out.o)?.cast(),
+        error_word: mem.output(&mut word)?,
+        q_stride: inp.q.stride as i64,
+        k_stride: inp.k.stride as i64,
+        v_stride: inp.v.stride as i64,
+        a_stride: t.a_stride,
+        b_stride: t.b_stride,
+        o_stride: out.o.stride as i64,
+        num_tokens: plan.num_tokens as i32,
+        batch: plan.batch as i32,
+        max_seqlen: plan.max_seqlen as i32,
+        num_slots: plan.num_slots as i32,
+        H: d.h as i32,
+        HV: d.hv as i32,
+        K: d.k as i32,
+        V: d.v as i32,
+        scale: inp.scale,
+        dtype: inp.q.dtype().to_ffi(),
+        variant: inp.variant.to_ffi(),
+        qk_l2norm: inp.qk_l2norm as i32,
+        write_state: out.write_state as i32,
+        reserved: 0,
+    };
+    // The checks the C ABI runs on the same params (one source: `checks::params`).
+    crate::checks::params::recurrent(&params, backend)?;
+    let st = launch!(backend, rssm_recurrent, rssm_emu_recurrent, &params);
+    check_status("recurrent", backend, st)?;
+    mem.finish()?;
+    check_error_word("recurrent", word[0])
+}
+
+/// The default `scale`: `K^-0.5`.
+pub fn default_scale(k: usize) -> f32 {
+    1.0 / (k as f32).sqrt()
+}
+
+/// The `Reference` backend: f32 maths, results stored like a kernel stores them.
+fn recurrent_reference(inp: &RecurrentInputs<'_>, plan: &RecurrentPlan, out: &mut RecurrentOutputs<'_>) {
+    let d = inp.dims;
+    let res = reference::recurrent::<f32>(inp, out.state);
+    let row = d.hv * d.v;
+    for tok in 0..plan.num_tokens {
+        for i in 0..row {
+            out.o.set(tok, i, res.o[tok * row + i]);
+        }
+    }
+    let per_slot = d.state_elems();
+    for r in 0..plan.batch {
+        let Some(state) = &res.final_state[r] else { continue };
+        let slot = inp.slots[r] as usize;
+        if out.write_state {
+            out.state[slot * per_slot..(slot + 1) * per_slot].copy_from_slice(state);
+        }
+        if let (Some(snaps), Some(dst)) = (&res.snapshots[r], out.snapshots.as_deref_mut()) {
+            let base = r * plan.max_seqlen * per_slot;
+            dst[base..base + snaps.len()].copy_from_slice(snaps);
+        }
+    }
+}

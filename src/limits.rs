@@ -1,0 +1,37 @@
+//! The limits the kernels are compiled for, read from the C header's defines
+//! (`csrc/include/replayssm/replayssm.h`): the one list the checks, the gates, the C ABI and the
+//! bindings all use.
+
+use crate::ffi;
+
+/// Longest verify window the V kernel is compiled for (`RSSM_MAX_VERIFY_WINDOW`).
+pub const MAX_VERIFY_WINDOW: usize = ffi::RSSM_MAX_VERIFY_WINDOW as usize;
+/// Most nodes of one draft tree (tree verify and path fold): one verify window.
+pub const MAX_TREE_NODES: usize = MAX_VERIFY_WINDOW;
+/// Longest buffered-decode ring, records per slot and layer (`RSSM_MAX_CACHE_LEN`).
+pub const MAX_CACHE_LEN: usize = ffi::RSSM_MAX_CACHE_LEN as usize;
+/// Largest value head dim a launch accepts (`RSSM_MAX_V`).
+pub const MAX_V: usize = ffi::RSSM_MAX_V as usize;
+/// Most requests of one launch, and most value heads (`RSSM_MAX_BATCH`: a grid dimension).
+pub const MAX_BATCH: usize = ffi::RSSM_MAX_BATCH as usize;
+
+const HEAD_DIMS_MASK: u32 = ffi::RSSM_HEAD_DIMS_MASK;
+
+/// Key head dims K the CUDA and emulated kernels are compiled for (`RSSM_HEAD_DIMS_MASK`).
+pub const KERNEL_HEAD_DIMS: [usize; HEAD_DIMS_MASK.count_ones() as usize] = {
+    let mut out = [0usize; HEAD_DIMS_MASK.count_ones() as usize];
+    let (mut bit, mut i) = (0, 0);
+    while bit < 32 {
+        if HEAD_DIMS_MASK & (1 << bit) != 0 {
+            out[i] = 1 << bit;
+            i += 1;
+        }
+        bit += 1;
+    }
+    out
+};
+
+/// `true` when the kernels are compiled for key head dim `k`.
+pub fn supported_head_dim(k: usize) -> bool {
+    KERNEL_HEAD_DIMS.contains(&k)
+}

@@ -1,0 +1,335 @@
+//! The buffered-decode ring of a pool (SPEC §4 D, `--enable-linear-replayssm`) and its cursor
+//! protocol: [`DecodeRing::begin_step`] snapshots each row's cursor, kernel D
+//! ([`crate::kernels::decode`]) runs once per layer, [`DecodeRing::finish_step`] advances the
+//! cursors (outside any captured graph). A ring attaches only to a pool resolved with buffered
+//! decode on a local pool (SPEC §5 P1), so no code path can produce a ring on a disaggregated
+//! pool.
+
+use crate::checks::check_slots;
+use crate::config::{GateError, Mode, PoolRole};
+use crate::error::{Error, Result};
+use crate::limits::MAX_CACHE_LEN;
+use crate::state::pool::{CheckpointPool, PoolShape};
+
+/// When a step must flush a row's checkpoint besides the periodic flush at `m == L - 1`.
+#[derive(Clone, Copy, Debug)]
+pub enum ForceFlush<'a> {
+    None,
+    /// One flag per row.
+    Rows(&'a [bool]),
+    /// Radix prefix caching: flush when the sequence length after this step's token is a
+    /// multiple of the track interval, so a snapshot of the checkpoint is never stale.
+    TrackInterval {
+        seq_lens_after: &'a [u64],
+        interval: u64,
+    },
+}
+
+/// The cursor snapshot of one forward: every layer's [`decode`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeStep {
+    pub(crate) slots: Vec<i32>,
+    pub(crate) positions: Vec<i32>,
+    pub(crate) force_flush: Vec<i32>,
+    /// `0..=B`: one token per row, as kernel D's token checks read it.
+    pub(crate) cu_seqlens: Vec<i32>,
+    pub(crate) generation: u64,
+    pub(crate) ring: u64,
+}
+
+impl Default for DecodeStep {
+    /// An empty step that belongs to no ring (for [`DecodeRing::begin_step_into`]).
+    fn default() -> Self {
+        DecodeStep {
+            slots: Vec::new(),
+            positions: Vec::new(),
+            force_flush: Vec::new(),
+            cu_seqlens: Vec::new(),
+            generation: 0,
+            ring: u64::MAX,
+        }
+    }
+}
+
+impl DecodeStep {
+    pub fn slots(&self) -> &[i32] {
+        &self.slots
+    }
+    /// Each row's cursor `m` (pending records before this token); 0 for null rows.
+    pub fn positions(&self) -> &[i32] {
+        &self.positions
+    }
+    pub fn batch(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+/// The buffered-decode ring of a pool: `d [NL, NS, HV, L, V]`, `k [NL, NS, H, L, K]`,
+/// `g [NL, NS, HV, L]` (KDA `[.., K]`), all f32, and one cursor per slot.
+#[derive(Debug)]
+pub struct DecodeRing {
+    pub(crate) shape: PoolShape,
+    pub(crate) cache_len: usize,
+    pub(crate) d: Vec<f32>,
+    pub(crate) k: Vec<f32>,
+    pub(crate) g: Vec<f32>,
+    pub(crate) write_pos: Vec<i32>,
+    /// Bumped on every cursor change, so a step taken before it cannot be used after.
+    pub(crate) generation: u64,
+    pub(crate) pool: u64,
+    pub(crate) id: u64,
+}
+
+/// `records x per_record` NaNs, allocated fallibly: the ring is sized by slots x cache length,
+/// which callers (case files) control, so a failed allocation must be an error, not an abort.
+fn nan_buffer(buffer: &'static str, records: usize, per_record: usize) -> Result<Vec<f32>> {
+    let too_big = |len: Option<usize>| Error::Alloc {
+        buffer,
+        bytes: len.map_or(u64::MAX, |l| (l as u64).saturating_mul(4)),
+    };
+    let len = records.checked_mul(per_record).ok_or_else(|| too_big(None))?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| too_big(Some(len)))?;
+    v.resize(len, f32::NAN);
+    Ok(v)
+}
+
+static NEXT_RING_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl DecodeRing {
+    /// Attaches a buffered-decode ring to `pool`. Refused (SPEC §5 P1) when the pool is a
+    /// disaggregated prefill or decode pool, or was not resolved with buffered decode.
+    pub fn attach(pool: &CheckpointPool) -> Result<Self> {
+        if pool.role() != PoolRole::Local {
+            return Err(GateError::RingOnDisaggregatedPool {
+                role: match pool.role() {
+                    PoolRole::PdDecode => "disaggregated decode",
+                    _ => "disaggregated prefill",
+                },
+                role_flag: pool.role().flag_value(),
+            }
+            .into());
+        }
+        let Mode::Buffered { cache_len } = pool.mode() else {
+            return Err(GateError::RingWithoutBufferedDecode.into());
+        };
+        if cache_len == 0 || cache_len > MAX_CACHE_LEN {
+            return Err(GateError::CacheLen { got: cache_len as i64 }.into());
+        }
+        let s = pool.shape();
+        let d = s.dims;
+        let recs = s.layers.saturating_mul(s.slots).saturating_mul(cache_len);
+        Ok(DecodeRing {
+            shape: s,
+            cache_len,
+            d: nan_buffer("decode ring d", recs, d.hv * d.v)?,
+            k: nan_buffer("decode ring k", recs, d.h * d.k)?,
+            g: nan_buffer("decode ring g", recs, d.hv * d.gate_width(s.variant))?,
+            write_pos: vec![0; s.slots],
+            generation: 0,
+            pool: pool.id(),
+            id: NEXT_RING_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    pub fn cache_len(&self) -> usize {
+        self.cache_len
+    }
+    pub fn shape(&self) -> PoolShape {
+        self.shape
+    }
+
+    fn check_slot(&self, slot: usize) -> Result<()> {
+        if slot >= self.shape.slots {
+            return Err(Error::SlotOutOfRange {
+                index: 0,
+                slot: slot.min(i32::MAX as usize) as i32,
+                num_slots: self.shape.slots,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_cursor(&mut self, slot: usize, pos: i32) {
+        self.write_pos[slot] = pos;
+        self.generation += 1;
+    }
+
+    /// Pending (not yet flushed) records of `slot`.
+    pub fn pending(&self, slot: usize) -> Result<usize> {
+        self.check_slot(slot)?;
+        Ok(self.write_pos[slot] as usize)
+    }
+
+    /// A slot was (re)allocated to a request: its cursor starts at 0.
+    pub fn allocate(&mut self, slot: usize) -> Result<()> {
+        self.check_slot(slot)?;
+        self.set_cursor(slot, 0);
+        Ok(())
+    }
+
+    /// A slot was freed: pending records are dropped.
+    pub fn clear(&mut self, slot: usize) -> Result<()> {
+        self.allocate(slot)
+    }
+
+    /// Copy-on-write of a cached prefix: copies `src`'s checkpoint (every layer) into `dst` and
+    /// resets `dst`'s cursor. `src` must be fully flushed ([`materialize`] it first).
+    pub fn copy_slot(&mut self, pool: &mut CheckpointPool, src: usize, dst: usize) -> Result<()> {
+        self.check_pool(pool)?;
+        self.check_slot(src)?;
+        self.check_slot(dst)?;
+        let pending = self.write_pos[src] as usize;
+        if pending != 0 {
+            return Err(Error::PendingRing { slot: src, pending });
+        }
+        if src != dst {
+            let s = self.shape;
+            let n = s.dims.state_elems();
+            for layer in 0..s.layers {
+                let (a, b) = (s.offset(layer, src), s.offset(layer, dst));
+                pool.state_mut().copy_within(a..a + n, b);
+            }
+        }
+        self.set_cursor(dst, 0);
+        Ok(())
+    }
+
+    pub(crate) fn check_pool(&self, pool: &CheckpointPool) -> Result<()> {
+        if pool.id() != self.pool {
+            return Err(Error::ForeignPool {
+                what: "the decode ring",
+            });
+        }
+        Ok(())
+    }
+
+    /// Snapshots the cursors of this forward's rows (`-1` = null row) and decides which rows
+    /// flush. Live slots must be distinct.
+    pub fn begin_step(&self, slots: &[i32], force: ForceFlush<'_>) -> Result<DecodeStep> {
+        let mut step = DecodeStep::default();
+        self.begin_step_into(&mut step, slots, force)?;
+        Ok(step)
+    }
+
+    /// [`DecodeRing::begin_step`] into a step kept from an earlier forward: its buffers are
+    /// reused, so a serving loop's cursor snapshot allocates nothing once they have grown.
+    pub fn begin_step_into(&self, step: &mut DecodeStep, slots: &[i32], force: ForceFlush<'_>) -> Result<()> {
+        if slots.is_empty() || slots.len() > 65535 {
+            return Err(Error::Shape {
+                tensor: "slots",
+                expected: "[B] with 1 <= B <= 65535".into(),
+                got: format!("[{}]", slots.len()),
+            });
+        }
+        check_slots(slots, slots.len(), self.shape.slots)?;
+        let mut force_flush = std::mem::take(&mut step.force_flush);
+        force_flush.clear();
+        match force {
+            ForceFlush::None => force_flush.resize(slots.len(), 0),
+            ForceFlush::Rows(f) => {
+                if f.len() != slots.len() {
+                    return Err(Error::Shape {
+                        tensor: "force_flush",
+                        expected: format!("[{}] (one per row)", slots.len()),
+                        got: format!("[{}]", f.len()),
+                    });
+                }
+                force_flush.extend(f.iter().map(|&x| x as i32))
+            }
+            ForceFlush::TrackInterval {
+                seq_lens_after,
+                interval,
+            } => {
+                if seq_lens_after.len() != slots.len() {
+                    return Err(Error::Shape {
+                        tensor: "seq_lens_after",
+                        expected: format!("[{}] (one per row)", slots.len()),
+                        got: format!("[{}]", seq_lens_after.len()),
+                    });
+                }
+                if interval == 0 {
+                    return Err(Error::InvalidValue {
+                        what: "track interval",
+                        why: "must be positive".into(),
+                    });
+                }
+                force_flush.extend(seq_lens_after.iter().map(|&n| (n % interval == 0) as i32))
+            }
+        }
+        step.force_flush = force_flush;
+        step.positions.clear();
+        step.positions.extend(
+            slots
+                .iter()
+                .map(|&s| if s < 0 { 0 } else { self.write_pos[s as usize] }),
+        );
+        step.slots.clear();
+        step.slots.extend_from_slice(slots);
+        step.cu_seqlens.clear();
+        step.cu_seqlens.extend(0..=slots.len() as i32);
+        step.generation = self.generation;
+        step.ring = self.id;
+        Ok(())
+    }
+
+    pub(crate) fn check_step(&self, step: &DecodeStep) -> Result<()> {
+        if step.ring != self.id {
+            return Err(Error::StaleStep {
+                why: "the step belongs to another ring",
+            });
+        }
+        if step.generation != self.generation {
+            return Err(Error::StaleStep {
+                why: "a cursor changed after begin_step",
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether row `b` of `step` flushes: `m == L - 1` or forced.
+    pub fn flushes(&self, step: &DecodeStep, b: usize) -> bool {
+        step.slots[b] >= 0 && (step.positions[b] as usize + 1 == self.cache_len || step.force_flush[b] != 0)
+    }
+
+    /// Advances the cursors after every layer ran the step: flushed rows go back to 0, the others
+    /// move one on. Returns the number of rows that flushed.
+    pub fn finish_step(&mut self, step: DecodeStep) -> Result<usize> {
+        self.finish_step_ref(&step)
+    }
+
+    /// [`DecodeRing::finish_step`] of a step kept for [`DecodeRing::begin_step_into`]; the step is
+    /// stale afterwards (a later call with it is refused).
+    pub fn finish_step_ref(&mut self, step: &DecodeStep) -> Result<usize> {
+        self.check_step(step)?;
+        let mut flushed = 0;
+        for b in 0..step.batch() {
+            let slot = step.slots[b];
+            if slot < 0 {
+                continue;
+            }
+            if self.flushes(step, b) {
+                self.write_pos[slot as usize] = 0;
+                flushed += 1;
+            } else {
+                self.write_pos[slot as usize] = step.positions[b] + 1;
+            }
+        }
+        self.generation += 1;
+        Ok(flushed)
+    }
+
+    fn ls(&self, layer: usize, slot: usize) -> usize {
+        layer * self.shape.slots + slot
+    }
+    pub(crate) fn d_index(&self, layer: usize, slot: usize, hv: usize, pos: usize) -> usize {
+        ((self.ls(layer, slot) * self.shape.dims.hv + hv) * self.cache_len + pos) * self.shape.dims.v
+    }
+    pub(crate) fn k_index(&self, layer: usize, slot: usize, h: usize, pos: usize) -> usize {
+        ((self.ls(layer, slot) * self.shape.dims.h + h) * self.cache_len + pos) * self.shape.dims.k
+    }
+    pub(crate) fn g_index(&self, layer: usize, slot: usize, hv: usize, pos: usize) -> usize {
+        ((self.ls(layer, slot) * self.shape.dims.hv + hv) * self.cache_len + pos)
+            * self.shape.dims.gate_width(self.shape.variant)
+    }
+}
