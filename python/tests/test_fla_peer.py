@@ -20,7 +20,7 @@ def load():
 
 
 def test_shapes_match_the_floor_model():
-    floor = (ROOT / "src" / "floor.rs").read_text()
+    floor = (ROOT / "tools" / "src" / "floor.rs").read_text()
     m = load()
     for name, (h, hv, k, v, variant) in m.SHAPES.items():
         assert '"%s"' % name in floor

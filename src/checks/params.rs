@@ -15,6 +15,9 @@ use crate::limits::MAX_CACHE_LEN;
 
 type Check = Result<()>;
 
+/// Index array of caller memory, read in place where it can be.
+type Ints<'a> = Cow<'a, [i32]>;
+
 fn bad(message: impl Into<String>) -> Error {
     Error::BadParam(message.into())
 }
@@ -183,7 +186,7 @@ unsafe fn token_rows<'a>(
     num_slots: i32,
     num_tokens: i32,
     max_seqlen: i32,
-) -> Result<(Cow<'a, [i32]>, Cow<'a, [i32]>)> {
+) -> Result<(Ints<'a>, Ints<'a>)> {
     let slots = live_slots(slots, batch, num_slots)?;
     let cu = host_ints(cu_seqlens, batch as usize + 1);
     indices::seqlens(&cu, num_tokens, max_seqlen)?;

@@ -1,6 +1,6 @@
 //! `replayssm bench`: the harness's command line (arguments, progress, table, files).
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -99,6 +99,10 @@ impl BenchArgs {
 }
 
 fn progress_line(done: usize, total: usize, r: &CaseResult) -> String {
+    format!("[{done:>4}/{total}] {}", case_line(r))
+}
+
+fn case_line(r: &CaseResult) -> String {
     let c = &r.case;
     let what = format!("{} {} B={} T={}", c.kernel, c.shape.name, c.batch, c.t);
     let how = match &r.outcome {
@@ -107,31 +111,14 @@ fn progress_line(done: usize, total: usize, r: &CaseResult) -> String {
         Outcome::Skipped(why) => format!("skipped: {why}"),
         Outcome::Failed(why) => format!("FAILED: {why}"),
     };
-    format!("[{done:>4}/{total}] {what}: {how}")
+    format!("{what}: {how}")
 }
 
-/// (year, month, day) of `days` since 1970-01-01 (Howard Hinnant's days-to-civil).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + (m <= 2) as i64, m, d)
-}
-
-/// Today's UTC date and time from the system clock (no date crate).
+/// Today's UTC date (`YYYY-MM-DD`) and time (`YYYY-MM-DDTHH:MM:SSZ`) from the system clock.
 pub fn utc_now() -> (String, String) {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil_from_days(days);
-    let date = format!("{y:04}-{m:02}-{d:02}");
-    let time = format!("{date}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60);
+    let now = time::OffsetDateTime::now_utc();
+    let date = format!("{:04}-{:02}-{:02}", now.year(), u8::from(now.month()), now.day());
+    let time = format!("{date}T{:02}:{:02}:{:02}Z", now.hour(), now.minute(), now.second());
     (date, time)
 }
 
@@ -189,20 +176,30 @@ pub fn main(args: &BenchArgs) -> ExitCode {
     }
     let tty = std::io::stderr().is_terminal();
     let mut failed = 0usize;
+    // A terminal gets one updating bar (indicatif); logs get every case on its own line.
+    let bar = tty.then(|| {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("[{pos:>4}/{len}] {wide_msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
     let mut progress = |done: usize, total: usize, r: &CaseResult| {
         if matches!(r.outcome, Outcome::Failed(_)) {
             failed += 1;
         }
-        let line = progress_line(done, total, r);
-        let mut e = std::io::stderr().lock();
-        // A terminal gets one updating line; logs get every case.
-        let _ = if tty && done < total {
-            write!(e, "\r\x1b[2K{line}")
-        } else if tty {
-            writeln!(e, "\r\x1b[2K{line}")
-        } else {
-            writeln!(e, "{line}")
-        };
+        match &bar {
+            Some(b) => {
+                b.set_length(total as u64);
+                b.set_position(done as u64);
+                b.set_message(case_line(r));
+                if done == total {
+                    b.finish();
+                }
+            }
+            None => eprintln!("{}", progress_line(done, total, r)),
+        }
     };
     let report = match run(&o, &mut progress) {
         Ok(r) => r,
@@ -271,14 +268,13 @@ pub fn main(args: &BenchArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn civil_dates_from_days() {
-        // Day numbers from Python's datetime: (date(y, m, d) - date(1970, 1, 1)).days.
-        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
-        assert_eq!(super::civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(super::civil_from_days(20_790), (2026, 12, 3));
-        assert_eq!(super::civil_from_days(47_541), (2100, 3, 1));
+    fn utc_now_is_a_date_and_a_time() {
         let (date, time) = super::utc_now();
         assert_eq!(date.len(), 10);
-        assert!(time.starts_with(&date) && time.ends_with('Z'));
+        assert!(
+            time.starts_with(&date) && time.ends_with('Z') && time.len() == 20,
+            "{time}"
+        );
+        assert!(date.as_str() >= "2026-01-01", "{date}: the clock or the format is off");
     }
 }

@@ -1,0 +1,44 @@
+"""One source of host checks: every row of tests/callers/fold_refusals.txt (the table the Rust API
+and the C ABI are held to in tests/callers.rs) is refused through Python with the same words, and
+a refusal writes nothing."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import replayssm as rs
+
+TABLE = Path(__file__).resolve().parents[2] / "tests" / "callers" / "fold_refusals.txt"
+SLOTS, WINDOW, H, HV, V = 4, 4, 1, 2, 32
+
+
+def rows():
+    out = []
+    for line in TABLE.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        f = [x.strip() for x in line.split("|")]
+        assert len(f) == 7, line
+        ints = lambda s: None if s == "-" else np.array([int(x) for x in s.split(",")], dtype=np.int32)
+        out.append(pytest.param(int(f[1]), ints(f[2]), ints(f[3]), ints(f[4]), ints(f[5]), f[6], id=f[0]))
+    assert len(out) >= 10, "the table lost rows"
+    return out
+
+
+@pytest.mark.parametrize("K,slots,lens,track_slots,track_steps,says", rows())
+def test_python_refuses_every_row_with_the_tables_words(K, slots, lens, track_slots, track_steps, says):
+    rng = np.random.default_rng(3)
+    state = rng.uniform(-0.5, 0.5, (1, SLOTS, HV, V, K)).astype(np.float32)
+    before = state.copy()
+    ring = (
+        rng.uniform(-0.5, 0.5, (1, SLOTS, HV, WINDOW, V)).astype(np.float32),
+        rng.uniform(-0.5, 0.5, (1, SLOTS, H, WINDOW, K)).astype(np.float32),
+        np.full((1, SLOTS, HV, WINDOW), -0.1, np.float32),
+        np.full((1, SLOTS, HV, WINDOW), 0.5, np.float32),
+    )
+    with pytest.raises(rs.ReplaySSMError) as e:
+        rs.fold(state=state, ring=ring, slots=slots, accept_lens=lens, track_slots=track_slots,
+                track_steps=track_steps)
+    assert says in e.value.message, e.value.message
+    assert np.array_equal(state, before), "a refusal wrote the pool"
