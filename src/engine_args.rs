@@ -32,6 +32,12 @@ where
         .map_err(|e| format!("invalid value '{v}' for '{flag} <VALUE>': {e}"))
 }
 
+/// A leading '-' not followed by a digit (`-3` is a value, `--x` and `-x` are flags).
+fn looks_like_flag(s: &str) -> bool {
+    s.strip_prefix('-')
+        .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
+}
+
 /// Parses flags (without a program name), e.g. `["--enable-linear-replayssm-spec"]`; both
 /// `--flag value` and `--flag=value`. Unset flags keep SGLang's defaults.
 pub fn parse_engine_args<S: AsRef<str>>(args: &[S]) -> Result<EngineFlags, String> {
@@ -65,13 +71,16 @@ pub fn parse_engine_args<S: AsRef<str>>(args: &[S]) -> Result<EngineFlags, Strin
             }
             continue;
         }
-        let v = match inline {
-            Some(v) => v,
-            None if i < args.len() => {
+        // As clap: the next token is this flag's value unless it looks like a flag itself (a
+        // leading '-' not followed by a digit: negative numbers are values).
+        let next = args.get(i).map(|a| a.as_ref());
+        let v = match (inline, next) {
+            (Some(v), _) => v,
+            (None, Some(n)) if !looks_like_flag(n) => {
                 i += 1;
-                args[i - 1].as_ref()
+                n
             }
-            None => {
+            _ => {
                 return Err(format!(
                     "a value is required for '{flag} <VALUE>' but none was supplied"
                 ))
@@ -92,4 +101,36 @@ pub fn parse_engine_args<S: AsRef<str>>(args: &[S]) -> Result<EngineFlags, Strin
         }
     }
     Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_engine_args;
+
+    #[test]
+    fn values_flags_and_refusals_as_clap_parsed_them() {
+        let f = parse_engine_args(&["--linear-replayssm-cache-len=-3", "--speculative-eagle-topk", "-2"]).unwrap();
+        assert_eq!(
+            (f.linear_replayssm_cache_len, f.speculative_eagle_topk),
+            (Some(-3), Some(-2))
+        );
+        let e = parse_engine_args(&["--linear-attn-decode-backend", "--enable-linear-replayssm-spec"]).unwrap_err();
+        assert!(
+            e.contains("a value is required for '--linear-attn-decode-backend"),
+            "{e}"
+        );
+        let e = parse_engine_args(&["--linear-attn-kind", "-x"]).unwrap_err();
+        assert!(e.contains("a value is required"), "{e}");
+        let e = parse_engine_args(&["--speculative-eagle-topk"]).unwrap_err();
+        assert!(e.contains("a value is required"), "{e}");
+        let e = parse_engine_args(&["--enable-linear-replayssm", "--enable-linear-replayssm"]).unwrap_err();
+        assert!(e.contains("cannot be used multiple times"), "{e}");
+        let e = parse_engine_args(&["--enable-linear-replayssm=1"]).unwrap_err();
+        assert!(e.contains("takes none"), "{e}");
+        let e = parse_engine_args(&["--speculative-algorithm", "MEDUSA"]).unwrap_err();
+        assert!(e.contains("invalid value 'MEDUSA'"), "{e}");
+        assert!(parse_engine_args(&["--bogus"])
+            .unwrap_err()
+            .contains("unexpected argument '--bogus'"));
+    }
 }

@@ -35,3 +35,16 @@ pub const KERNEL_HEAD_DIMS: [usize; HEAD_DIMS_MASK.count_ones() as usize] = {
 pub fn supported_head_dim(k: usize) -> bool {
     KERNEL_HEAD_DIMS.contains(&k)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_header_mask_spells_the_compiled_head_dims() {
+        assert_eq!(super::KERNEL_HEAD_DIMS, [32, 64, 128, 256]);
+        assert!(super::supported_head_dim(128) && !super::supported_head_dim(48) && !super::supported_head_dim(16));
+        assert_eq!(
+            (super::MAX_VERIFY_WINDOW, super::MAX_CACHE_LEN, super::MAX_BATCH),
+            (16, 65536, 65535)
+        );
+    }
+}

@@ -685,3 +685,40 @@ fn garbage_device_slots_and_cursors_are_skipped_and_stay_inside_the_buffers() {
         }
     }
 }
+
+/// A refused `begin_step_into` leaves the step it was given as it was (before the fix it emptied
+/// the step's force-flush flags first, and a step still valid for its ring then sent kernel D a
+/// zero-length flag array for B rows).
+#[test]
+fn a_refused_begin_step_into_leaves_the_step_unchanged() {
+    use replayssm::config::{resolve, EngineFlags};
+    use replayssm::{CheckpointPool, DecodeRing, ForceFlush, HeadDims, Variant};
+    let dims = HeadDims {
+        h: 1,
+        hv: 1,
+        k: 32,
+        v: 32,
+    };
+    let cfg = resolve(&EngineFlags::buffered_decode(Variant::Gdn, 4)).unwrap();
+    let pool = CheckpointPool::new(&cfg, dims, 1, 4).unwrap();
+    let mut ring = DecodeRing::attach(&pool).unwrap();
+    ring.allocate(1).unwrap();
+    ring.allocate(2).unwrap();
+    let mut step = ring.begin_step(&[1, 2], ForceFlush::Rows(&[true, false])).unwrap();
+    let before = step.clone();
+    for bad in [
+        ForceFlush::Rows(&[true]),
+        ForceFlush::TrackInterval {
+            seq_lens_after: &[3],
+            interval: 2,
+        },
+        ForceFlush::TrackInterval {
+            seq_lens_after: &[3, 4],
+            interval: 0,
+        },
+    ] {
+        assert!(ring.begin_step_into(&mut step, &[1, 2], bad).is_err());
+        assert_eq!(step, before, "a refused call changed the step");
+    }
+    assert!(ring.flushes(&step, 0) && !ring.flushes(&step, 1));
+}

@@ -1,7 +1,7 @@
 //! A serving step through the safe Rust API allocates nothing and copies nothing between host and
 //! device once its buffers exist: a verify + fold step (kernels V and F) and a buffered-decode
 //! step (cursor snapshot, kernel D per layer, cursor advance). Counted: the library's Rust heap
-//! allocations (a counting global allocator) and the CUDA layer's device allocations and
+//! allocations on the calling thread (a counting global allocator) and the CUDA layer's device allocations and
 //! host<->device copies (`replayssm::cuda::counters`). The emulator's own C++ scratch (its
 //! simulated threads) is outside Rust's allocator and not counted.
 //!
@@ -14,7 +14,7 @@
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::spec;
 use common::spec_chain::pool_for;
@@ -22,19 +22,26 @@ use replayssm::config::{resolve, EngineFlags};
 use replayssm::cuda::{counters, TransferCounters};
 use replayssm::{
     decode, fold, verify, ActBuffer, Backend, CheckpointPool, DType, DecodeRing, DecodeStep, ForceFlush, HeadDims,
-    SpecRing, Variant,
+    SpecRing, Track, Variant,
 };
 use replayssm_tools::workload::RecurrentData;
 
 struct Counting;
 
-static COUNTING: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    // Only the measuring thread counts: libtest's own threads allocate at any time.
+    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+fn counting() -> bool {
+    COUNTING.try_with(|c| c.get()).unwrap_or(false)
+}
 
 // SAFETY: forwards to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counting() {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         System.alloc(layout)
@@ -43,7 +50,7 @@ unsafe impl GlobalAlloc for Counting {
         System.dealloc(ptr, layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counting() {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         System.realloc(ptr, layout, new_size)
@@ -53,14 +60,14 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Heap allocations (this thread's test only: the tests run one at a time, see `serial`) and the
-/// CUDA counters' change across `f`.
+/// Heap allocations on this thread and the CUDA counters' change across `f` (the tests run one
+/// at a time, `SERIAL`, so no other test moves the CUDA counters meanwhile).
 fn measure(f: impl FnOnce()) -> (u64, TransferCounters) {
     let before = counters();
     ALLOCATIONS.store(0, Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
+    COUNTING.with(|c| c.set(true));
     f();
-    COUNTING.store(false, Ordering::SeqCst);
+    COUNTING.with(|c| c.set(false));
     let after = counters();
     (
         ALLOCATIONS.load(Ordering::SeqCst),
@@ -72,7 +79,7 @@ fn measure(f: impl FnOnce()) -> (u64, TransferCounters) {
     )
 }
 
-/// One test at a time: the allocator counts every thread.
+/// One test at a time: the CUDA counters are process-wide.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn dims() -> HeadDims {
@@ -94,6 +101,11 @@ fn spec_steps(backend: Backend, steps: usize) -> (u64, TransferCounters) {
     let n = data.num_tokens();
     let mut o = ActBuffer::nan(data.dtype, n * d.hv * d.v);
     let accept = [3, 1, 4];
+    // A radix-cache track snapshot on row 0 into a slot no request holds.
+    let free = (0..shape.slots as i32)
+        .find(|s| !data.slots.contains(s))
+        .expect("the workload leaves a free slot");
+    let (track_slots, track_steps) = ([free, -1, -1], [1, -1, -1]);
     let inputs = data.inputs();
     let mut last = (0, TransferCounters::default());
     for _ in 0..steps {
@@ -102,7 +114,11 @@ fn spec_steps(backend: Backend, steps: usize) -> (u64, TransferCounters) {
             for layer in 0..2 {
                 verify(backend, &inputs, &pool, layer, &mut ov, Some(&mut ring)).unwrap();
             }
-            fold(backend, &mut pool, &ring, &data.slots, &accept, None).unwrap();
+            let track = Track {
+                slots: &track_slots,
+                steps: &track_steps,
+            };
+            fold(backend, &mut pool, &ring, &data.slots, &accept, Some(track)).unwrap();
         });
     }
     last

@@ -119,7 +119,35 @@ pub fn paths(paths: &[i32], width: usize, slots: &[i32], window: i32) -> Result<
 /// Tracks of a fold: a track slot (-1 = none) in range, distinct from every live slot and every
 /// other track slot, on a live row whose track step lies in 0..n (n the steps it commits).
 pub fn tracks(track_slots: &[i32], track_steps: &[i32], slots: &[i32], lens: &[i32], num_slots: i32) -> Check {
-    let mut first = std::collections::HashMap::new();
+    // (track slot, row) sorted in a per-thread scratch buffer: a row's earlier twin by binary
+    // search, no allocation once the buffer has grown to the batch.
+    TRACKS.with(|cell| {
+        let mut pairs = cell.borrow_mut();
+        pairs.clear();
+        pairs.extend(
+            track_slots
+                .iter()
+                .enumerate()
+                .filter(|(_, &t)| t != -1)
+                .map(|(b, &t)| (t, b)),
+        );
+        pairs.sort_unstable();
+        tracks_in_order(track_slots, track_steps, slots, lens, num_slots, &pairs)
+    })
+}
+
+thread_local! {
+    static TRACKS: std::cell::RefCell<Vec<(i32, usize)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn tracks_in_order(
+    track_slots: &[i32],
+    track_steps: &[i32],
+    slots: &[i32],
+    lens: &[i32],
+    num_slots: i32,
+    pairs: &[(i32, usize)],
+) -> Check {
     for (b, (&ts, &step)) in track_slots.iter().zip(track_steps).enumerate() {
         if ts == -1 {
             continue;
@@ -134,7 +162,8 @@ pub fn tracks(track_slots: &[i32], track_steps: &[i32], slots: &[i32], lens: &[i
                 "track_slots[{b}] = {ts} is also slots[{r}], a live checkpoint: a track slot must differ from every live slot"
             )));
         }
-        if let Some(a) = first.insert(ts, b) {
+        let a = pairs[pairs.partition_point(|p| p.0 < ts)].1;
+        if a < b {
             return Err(bad(format!(
                 "track_slots[{a}] and track_slots[{b}] are both {ts}: track slots in one launch must be distinct"
             )));

@@ -3,7 +3,9 @@
 //! cudarc interop) and the Rust wrappers, which run them on the params they build just before
 //! launching. Index arrays are read only where they are host memory (EMULATED); on CUDA the
 //! kernels apply the same rules (`checks::indices`) and flag the device error word. The kernel
-//! layer's `can_implement` (C++) is the last line behind these.
+//! layer's `can_implement` (C++) is the last line behind these. Crate-internal: they read the
+//! params' pointers, which only the library's own callers (the C ABI's documented contract, the
+//! wrappers' own buffers) vouch for.
 
 use std::borrow::Cow;
 
@@ -280,7 +282,7 @@ fn decode_ring(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
 }
 
 /// The checks of `rssm_recurrent`'s params (the C ABI's `replayssm_recurrent`, the Rust wrapper's launch).
-pub fn recurrent(p: &ffi::rssm_recurrent_params, backend: Backend) -> Check {
+pub(crate) fn recurrent(p: &ffi::rssm_recurrent_params, backend: Backend) -> Check {
     problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
     in_range(p.batch, 1, 65535, "batch")?;
     at_least(p.num_tokens as i64, 0, "num_tokens")?;
@@ -305,7 +307,7 @@ pub fn recurrent(p: &ffi::rssm_recurrent_params, backend: Backend) -> Check {
 }
 
 /// The checks of `rssm_verify`'s params (the C ABI's `replayssm_verify`, the Rust wrapper's launch).
-pub fn verify(p: &ffi::rssm_verify_params, backend: Backend) -> Check {
+pub(crate) fn verify(p: &ffi::rssm_verify_params, backend: Backend) -> Check {
     problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
     pool(p.batch, p.num_slots, p.num_layers)?;
     in_range(p.layer, 0, p.num_layers - 1, "layer")?;
@@ -356,7 +358,7 @@ pub fn verify(p: &ffi::rssm_verify_params, backend: Backend) -> Check {
 }
 
 /// The checks of `rssm_fold`'s params (the C ABI's `replayssm_fold`, the Rust wrapper's launch).
-pub fn fold(p: &ffi::rssm_fold_params, backend: Backend) -> Check {
+pub(crate) fn fold(p: &ffi::rssm_fold_params, backend: Backend) -> Check {
     check_spec_ring!(p, backend);
     match (p.accept_lens.is_null(), p.accept_paths.is_null()) {
         (false, true) => {
@@ -405,7 +407,7 @@ pub fn fold(p: &ffi::rssm_fold_params, backend: Backend) -> Check {
 }
 
 /// The checks of `rssm_replay`'s params (the C ABI's `replayssm_replay`, the Rust wrapper's launch).
-pub fn replay(p: &ffi::rssm_replay_params, backend: Backend) -> Check {
+pub(crate) fn replay(p: &ffi::rssm_replay_params, backend: Backend) -> Check {
     check_spec_ring!(p, backend);
     in_range(p.layer, 0, p.num_layers - 1, "layer")?;
     nonnull(p.counts, "counts")?;
@@ -423,7 +425,7 @@ pub fn replay(p: &ffi::rssm_replay_params, backend: Backend) -> Check {
 }
 
 /// The checks of `rssm_decode`'s params (the C ABI's `replayssm_decode`, the Rust wrapper's launch).
-pub fn decode(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
+pub(crate) fn decode(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
     decode_ring(p, backend)?;
     in_range(p.layer, 0, p.num_layers - 1, "layer")?;
     check_tokens!(p, p.batch);
@@ -431,14 +433,14 @@ pub fn decode(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
 }
 
 /// The checks of `rssm_materialize`'s params (the C ABI's `replayssm_decode_materialize`, the Rust wrapper's launch).
-pub fn materialize(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
+pub(crate) fn materialize(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
     decode_ring(p, backend)?;
     grid_rows(p.batch, p.num_layers)?;
     Ok(())
 }
 
 /// The checks of `rssm_cursors`'s params (the C ABI's `replayssm_decode_cursors`, the Rust wrapper's launch).
-pub fn cursors(p: &ffi::rssm_cursor_params, backend: Backend) -> Check {
+pub(crate) fn cursors(p: &ffi::rssm_cursor_params, backend: Backend) -> Check {
     in_range(p.op, 0, 2, "op (0 = SNAPSHOT, 1 = ADVANCE, 2 = RESET)")?;
     in_range(p.batch, 1, 65535, "batch")?;
     at_least(p.num_slots as i64, 1, "num_slots")?;

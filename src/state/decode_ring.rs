@@ -223,10 +223,9 @@ impl DecodeRing {
             });
         }
         check_slots(slots, slots.len(), self.shape.slots)?;
-        let mut force_flush = std::mem::take(&mut step.force_flush);
-        force_flush.clear();
+        // Every check before the step changes: a refused call leaves `step` as it was.
         match force {
-            ForceFlush::None => force_flush.resize(slots.len(), 0),
+            ForceFlush::None => {}
             ForceFlush::Rows(f) => {
                 if f.len() != slots.len() {
                     return Err(Error::Shape {
@@ -235,7 +234,6 @@ impl DecodeRing {
                         got: format!("[{}]", f.len()),
                     });
                 }
-                force_flush.extend(f.iter().map(|&x| x as i32))
             }
             ForceFlush::TrackInterval {
                 seq_lens_after,
@@ -254,10 +252,19 @@ impl DecodeRing {
                         why: "must be positive".into(),
                     });
                 }
-                force_flush.extend(seq_lens_after.iter().map(|&n| (n % interval == 0) as i32))
             }
         }
-        step.force_flush = force_flush;
+        step.force_flush.clear();
+        match force {
+            ForceFlush::None => step.force_flush.resize(slots.len(), 0),
+            ForceFlush::Rows(f) => step.force_flush.extend(f.iter().map(|&x| x as i32)),
+            ForceFlush::TrackInterval {
+                seq_lens_after,
+                interval,
+            } => step
+                .force_flush
+                .extend(seq_lens_after.iter().map(|&n| (n % interval == 0) as i32)),
+        }
         step.positions.clear();
         step.positions.extend(
             slots

@@ -56,8 +56,10 @@ pub fn escape_untrusted(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Operations a case can describe (SPEC §7); this build runs them all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Operations a case can describe (SPEC §7); this build runs them all. `make-case --op` takes
+/// their names (clap's `ValueEnum`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
 pub enum Op {
     Recurrent,
     Verify,

@@ -41,8 +41,8 @@ enum Command {
         steps: usize,
         /// spec: ReplaySSM verify + fold vs the recurrent verify; decode: buffered decode (kernel
         /// D) vs the recurrent decode.
-        #[arg(long, default_value = "spec", value_parser = ["spec", "decode"])]
-        mode: String,
+        #[arg(long, value_enum, default_value_t = DemoMode::Spec)]
+        mode: DemoMode,
         /// --mode decode: the cache length L.
         #[arg(long, default_value_t = 16)]
         cache_len: usize,
@@ -87,6 +87,15 @@ enum Command {
     MakeCase(MakeCaseArgs),
 }
 
+/// What `demo` compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DemoMode {
+    /// ReplaySSM verify + fold vs the recurrent verify.
+    Spec,
+    /// Buffered decode (kernel D) vs the recurrent decode.
+    Decode,
+}
+
 /// Arguments of `make-case`; every one is checked (value and limit in the message) before
 /// anything is allocated from it.
 #[derive(clap::Args)]
@@ -94,8 +103,8 @@ struct MakeCaseArgs {
     #[arg(long)]
     out: PathBuf,
     /// recurrent, verify, fold, decode, verify_tree or fold_tree.
-    #[arg(long, default_value = "recurrent")]
-    op: String,
+    #[arg(long, value_enum, default_value_t = case::Op::Recurrent)]
+    op: case::Op,
     /// fold only: tokens committed per request (default: random in 0..=window).
     #[arg(long, value_delimiter = ',')]
     accept: Vec<i32>,
@@ -206,7 +215,7 @@ fn main() -> ExitCode {
             steps,
             mode,
             cache_len,
-        } => demo(backend.unwrap_or_else(Backend::best), seed, steps, &mode, cache_len),
+        } => demo(backend.unwrap_or_else(Backend::best), seed, steps, mode, cache_len),
         Command::Check { files, backend } => check(&files, backend),
         Command::Validate { flags } => validate(&flags),
         Command::Bench(a) => replayssm_tools::bench::cli::main(&a),
@@ -245,12 +254,7 @@ fn make_case_bytes(d: HeadDims, variant: Variant, tokens: usize, requests: usize
 
 /// `make-case`: checks every argument, then generates and writes the case.
 fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
-    let Some(op) = case::Op::parse(&a.op) else {
-        return Err(format!(
-            "--op: unknown op '{}' (expected recurrent, verify, fold, decode, verify_tree or fold_tree)",
-            a.op
-        ));
-    };
+    let op = a.op;
     let tolerance = Tolerance::new(a.atol, a.rtol).map_err(|e| format!("--{e}"))?;
     if a.dims.len() != 4 {
         return Err(format!("--dims takes H,HV,K,V (4 values), got {}", a.dims.len()));
@@ -455,7 +459,7 @@ fn info() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn demo(backend: Backend, seed: u64, steps: usize, mode: &str, cache_len: usize) -> ExitCode {
+fn demo(backend: Backend, seed: u64, steps: usize, mode: DemoMode, cache_len: usize) -> ExitCode {
     if let Err(why) = backend.availability() {
         eprintln!("demo: backend {backend} is not available: {why}");
         return ExitCode::FAILURE;
@@ -465,7 +469,7 @@ fn demo(backend: Backend, seed: u64, steps: usize, mode: &str, cache_len: usize)
             println!("(no GPU: {why})");
         }
     }
-    let result = if mode == "decode" {
+    let result = if mode == DemoMode::Decode {
         replayssm_tools::demo::run_decode(backend, seed, steps, cache_len)
     } else {
         replayssm_tools::demo::run(backend, seed, steps)

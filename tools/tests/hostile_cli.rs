@@ -370,7 +370,10 @@ fn make_case_checks_every_argument_by_name() {
         &with_tol(&["--op", "fold_tree", "--accept-node=-5,1"]),
         &["--accept-node: request 0 accepts node -5"],
     );
-    make_case_refuses(&with_tol(&["--op", "bogus"]), &["--op: unknown op 'bogus'"]);
+    make_case_refuses(
+        &with_tol(&["--op", "bogus"]),
+        &["invalid value 'bogus' for '--op <OP>'", "verify_tree"],
+    );
     make_case_refuses(&with_tol(&["--dims", "1,2,3"]), &["--dims takes H,HV,K,V"]);
     make_case_refuses(&with_tol(&["--dims", "2,3,8,8"]), &["--dims [2, 3, 8, 8]"]);
     make_case_refuses(
@@ -536,7 +539,7 @@ fn every_subcommand_refuses_a_catalogue_of_bad_invocations() {
                 "--rtol",
                 "8e-3",
             ],
-            "--op: unknown op 'nosuch'",
+            "invalid value 'nosuch' for '--op <OP>'",
         ),
     ];
     for (args, expect) in cases {
