@@ -65,6 +65,15 @@ fn code_only(text: &str) -> String {
     out
 }
 
+/// The code before a file's `#[cfg(test)] mod tests` (at its end by convention): a unit-test
+/// module's `super::` is the file itself, not its parent, and test-only uses are no layering.
+fn without_unit_tests(code: &str) -> &str {
+    match code.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &code[..at],
+        None => code,
+    }
+}
+
 fn ident_at(s: &str) -> Option<&str> {
     let end = s
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -136,7 +145,8 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in &files {
         let me = module_of(&src, f);
-        let code = code_only(&std::fs::read_to_string(f).unwrap());
+        let all = code_only(&std::fs::read_to_string(f).unwrap());
+        let code = without_unit_tests(&all);
         let mut paths = vec![];
         for (key, base) in [
             ("crate::", vec![]),
@@ -239,6 +249,10 @@ fn the_parser_sees_nested_use_trees_and_inline_paths() {
     let got: Vec<String> = out.iter().map(|p| p.join("::")).collect();
     assert_eq!(got, ["a::X", "b::c", "b::d::E", "f"]);
     assert_eq!(code_only("x // crate::a\n\"crate::b\" c"), "x \n\"\" c");
+    assert_eq!(
+        without_unit_tests("a\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"),
+        "a\n"
+    );
 }
 
 #[test]
