@@ -6,9 +6,10 @@ pub mod indices;
 pub mod params;
 
 use crate::backend::Backend;
-use crate::dtype::{ActView, ActViewMut, DType};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::limits::{KERNEL_HEAD_DIMS, MAX_BATCH, MAX_V};
+use crate::memory::ActLayout;
 use crate::problem::HeadDims;
 
 impl HeadDims {
@@ -55,30 +56,14 @@ pub fn check_kernel_head_dim(backend: Backend, k: usize) -> Result<()> {
     Ok(())
 }
 
-pub fn check_view(tensor: &'static str, view: &ActView<'_>, tokens: usize, row: usize) -> Result<()> {
-    check_strided(
-        tensor,
-        view.buf.len(),
-        view.offset,
-        view.tokens,
-        view.row,
-        view.stride,
-        tokens,
-        row,
-    )
+pub fn check_view(tensor: &'static str, view: &impl ActLayout, tokens: usize, row: usize) -> Result<()> {
+    let (offset, t, r, stride) = view.layout();
+    check_strided(tensor, view.buf_len(), offset, t, r, stride, tokens, row)
 }
 
-pub fn check_view_mut(tensor: &'static str, view: &ActViewMut<'_>, tokens: usize, row: usize) -> Result<()> {
-    check_strided(
-        tensor,
-        view.buf.len(),
-        view.offset,
-        view.tokens,
-        view.row,
-        view.stride,
-        tokens,
-        row,
-    )
+/// [`check_view`] of an output view (the same rule).
+pub fn check_view_mut(tensor: &'static str, view: &impl ActLayout, tokens: usize, row: usize) -> Result<()> {
+    check_view(tensor, view, tokens, row)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -109,7 +94,12 @@ fn check_strided(
         });
     }
     if tokens > 0 {
-        let needed = offset + (tokens - 1) * stride + row;
+        // Checked: a hostile offset or stride must be refused, not wrap past the buffer's end.
+        let needed = (tokens - 1)
+            .checked_mul(stride)
+            .and_then(|x| x.checked_add(offset))
+            .and_then(|x| x.checked_add(row))
+            .unwrap_or(usize::MAX);
         if needed > len {
             return Err(Error::OutOfBounds { tensor, needed, len });
         }

@@ -122,6 +122,9 @@ pub enum Error {
     /// A buffer sized from the inputs could not be allocated (reported, not aborted on).
     #[error("cannot allocate {bytes} bytes for {buffer}")]
     Alloc { buffer: &'static str, bytes: u64 },
+    /// A buffer is not where the launch computes (host memory on Cuda, another backend's memory).
+    #[error("{tensor}: {why}")]
+    Memory { tensor: &'static str, why: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -28,6 +28,7 @@ pub mod ffi;
 pub mod interop;
 pub mod kernels;
 pub mod limits;
+pub mod memory;
 pub mod numerics;
 pub mod problem;
 pub mod reference;
@@ -46,11 +47,15 @@ pub use kernels::replay::replay;
 pub use kernels::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree};
 pub use kernels::verify::verify;
 pub use limits::{MAX_CACHE_LEN, MAX_TREE_NODES, MAX_VERIFY_WINDOW};
-pub use problem::{Gate, HeadDims, Variant};
+pub use memory::{
+    Device, DeviceAct, DeviceActView, DeviceActViewMut, DeviceSeqlens, DeviceSlice, DeviceSliceMut, DeviceVec, Host,
+    Memory, Stream,
+};
+pub use problem::{HeadDims, Variant};
 pub use state::decode_ring::{DecodeRing, DecodeStep, ForceFlush};
 pub use state::pool::{CheckpointPool, PoolShape};
 pub use state::spec_ring::{RingShape, SpecRing};
-pub use tokens::RecurrentInputs;
+pub use tokens::{Gate, RecurrentInputs};
 
 // The paths of earlier releases, kept as re-exports.
 

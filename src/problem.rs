@@ -1,7 +1,6 @@
 //! Shapes and inputs shared by the kernels: head dims, layer variant, gate inputs (their checks:
 //! [`crate::checks`]).
 
-use crate::dtype::ActView;
 use crate::ffi;
 
 /// Linear-attention layer kind.
@@ -74,25 +73,4 @@ impl HeadDims {
             Variant::Kda => self.k,
         }
     }
-}
-
-/// The gate of every token: raw inputs (SPEC §3 steps 1-2 run in-kernel) or precomputed g/beta.
-#[derive(Clone, Copy, Debug)]
-pub enum Gate<'a> {
-    Raw {
-        /// `[N, HV]` (KDA: `[N, HV, K]`), act dtype.
-        a: ActView<'a>,
-        /// `[N, HV]`, act dtype.
-        b: ActView<'a>,
-        /// `[HV]`.
-        a_log: &'a [f32],
-        /// `[HV]` (KDA: `[HV, K]`).
-        dt_bias: &'a [f32],
-    },
-    Precomputed {
-        /// `[N, HV]` (KDA: `[N, HV, K]`), log decay.
-        g: &'a [f32],
-        /// `[N, HV]`.
-        beta: &'a [f32],
-    },
 }

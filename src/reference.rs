@@ -3,7 +3,8 @@
 //! precision" of SPEC §6, and the `Reference` backend). Sums run sequentially over k, in the
 //! exact order of §3.
 
-use crate::problem::{Gate, HeadDims, Variant};
+use crate::problem::{HeadDims, Variant};
+use crate::tokens::Gate;
 use crate::tokens::RecurrentInputs;
 
 /// The float type a reference runs in.

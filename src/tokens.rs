@@ -1,46 +1,92 @@
 //! The token inputs kernels R, V, VT and D share (q, k, v, gate, sequence lengths, slots): their
-//! struct, their checks and their staging into a launch's params.
+//! struct, their checks and their pointers in a launch's params. Generic over where they live
+//! ([`Host`] memory, or [`Device`] memory through a [`crate::memory::Stream`]).
 
 use crate::backend::Backend;
-use crate::checks::{check_dtype, check_kernel_head_dim, check_len, check_seqlens, check_view, check_view_mut};
-use crate::dtype::{ActView, ActViewMut};
+use crate::checks::{check_dtype, check_kernel_head_dim, check_len, check_seqlens, check_slots, check_view};
 use crate::error::{Error, Result};
-use crate::problem::{Gate, HeadDims, Variant};
-use crate::runtime::launch::{elem_ptr, Memory};
+use crate::memory::{ActLayout, ActLayoutMut, Device, Host, Memory, SeqlensRef, SliceRef};
+use crate::problem::{HeadDims, Variant};
+use crate::runtime::launch::Exec;
 
-/// Inputs of kernel R. Tokens are packed: request `r` owns `cu_seqlens[r]..cu_seqlens[r+1]`.
+/// The gate of every token: raw inputs (SPEC §3 steps 1-2 run in-kernel) or precomputed g/beta.
 #[derive(Clone, Copy, Debug)]
-pub struct RecurrentInputs<'a> {
+pub enum Gate<'a, M: Memory = Host> {
+    Raw {
+        /// `[N, HV]` (KDA: `[N, HV, K]`), act dtype.
+        a: M::View<'a>,
+        /// `[N, HV]`, act dtype.
+        b: M::View<'a>,
+        /// `[HV]`.
+        a_log: M::Slice<'a, f32>,
+        /// `[HV]` (KDA: `[HV, K]`).
+        dt_bias: M::Slice<'a, f32>,
+    },
+    Precomputed {
+        /// `[N, HV]` (KDA: `[N, HV, K]`), log decay.
+        g: M::Slice<'a, f32>,
+        /// `[N, HV]`.
+        beta: M::Slice<'a, f32>,
+    },
+}
+
+// A gate is invariant in its lifetime (its fields are projections of `M`): these shorten it.
+macro_rules! shorten_gate {
+    ($m:ty) => {
+        impl<'a> Gate<'a, $m> {
+            /// The same gate, borrowed for a shorter lifetime.
+            pub fn shorten<'s>(self) -> Gate<'s, $m>
+            where
+                'a: 's,
+            {
+                match self {
+                    Gate::Raw { a, b, a_log, dt_bias } => Gate::Raw { a, b, a_log, dt_bias },
+                    Gate::Precomputed { g, beta } => Gate::Precomputed { g, beta },
+                }
+            }
+        }
+    };
+}
+shorten_gate!(Host);
+shorten_gate!(Device);
+
+/// Inputs of kernel R (and V, VT). Tokens are packed: request `r` owns
+/// `cu_seqlens[r]..cu_seqlens[r+1]`.
+#[derive(Clone, Copy, Debug)]
+pub struct RecurrentInputs<'a, M: Memory = Host> {
     pub variant: Variant,
     pub dims: HeadDims,
     /// `[N, H, K]`
-    pub q: ActView<'a>,
+    pub q: M::View<'a>,
     /// `[N, H, K]`
-    pub k: ActView<'a>,
+    pub k: M::View<'a>,
     /// `[N, HV, V]`
-    pub v: ActView<'a>,
-    pub gate: Gate<'a>,
-    /// `[B + 1]`
-    pub cu_seqlens: &'a [i32],
+    pub v: M::View<'a>,
+    pub gate: Gate<'a, M>,
+    /// `[B + 1]` (on the device with the bound the caller states: [`crate::DeviceSeqlens`]).
+    pub cu_seqlens: M::Seqlens<'a>,
     /// `[B]`, `-1` = null request (zero outputs, nothing else touched).
-    pub slots: &'a [i32],
+    pub slots: M::Slice<'a, i32>,
     /// Multiplies q after normalisation; usually `K^-0.5`.
     pub scale: f32,
     /// Normalise q and k in-kernel (SPEC §3 step 3).
     pub qk_l2norm: bool,
 }
 
-/// Token-input checks shared by kernels R and V: head dims, views, dtypes, gate, `cu_seqlens`.
-/// Returns `(num_tokens, batch, max_seqlen)`.
-pub fn validate_tokens(
+/// Device inputs, for the kernel calls on a [`crate::memory::Stream`].
+pub type DeviceInputs<'a> = RecurrentInputs<'a, Device>;
+
+/// Token-input checks shared by kernels R and V: head dims, views, dtypes, gate, `cu_seqlens`
+/// (read on the host only where it is host memory). Returns `(num_tokens, batch, max_seqlen)`.
+pub fn validate_tokens<M: Memory>(
     backend: Backend,
-    inp: &RecurrentInputs<'_>,
-    o: &ActViewMut<'_>,
+    inp: &RecurrentInputs<'_, M>,
+    o: &impl ActLayout,
 ) -> Result<(usize, usize, usize)> {
     let d = inp.dims;
     d.validate()?;
     check_kernel_head_dim(backend, d.k)?;
-    let n = inp.q.tokens;
+    let n = inp.q.layout().1;
     if n > i32::MAX as usize {
         return Err(Error::InvalidValue {
             what: "token count",
@@ -51,7 +97,7 @@ pub fn validate_tokens(
     check_view("q", &inp.q, n, d.h * d.k)?;
     check_view("k", &inp.k, n, d.h * d.k)?;
     check_view("v", &inp.v, n, d.hv * d.v)?;
-    check_view_mut("o", o, n, d.hv * d.v)?;
+    check_view("o", o, n, d.hv * d.v)?;
     check_dtype("k", inp.k.dtype(), dtype)?;
     check_dtype("v", inp.v.dtype(), dtype)?;
     check_dtype("o", o.dtype(), dtype)?;
@@ -76,11 +122,44 @@ pub fn validate_tokens(
             why: format!("{} is not finite", inp.scale),
         });
     }
-    let (batch, max_seqlen) = check_seqlens(inp.cu_seqlens, n)?;
+    let (batch, max_seqlen) = seqlens(&inp.cu_seqlens, n)?;
     Ok((n, batch, max_seqlen))
 }
 
-/// Device pointers of the token inputs shared by kernels R and V.
+/// `(batch, max_seqlen)` of `cu_seqlens`: read and checked on the host, or, in device memory,
+/// from its length and the bound the caller states (the kernels check the contents).
+pub(crate) fn seqlens(cu: &impl SeqlensRef, num_tokens: usize) -> Result<(usize, usize)> {
+    if let Some(cu) = cu.host() {
+        return check_seqlens(cu, num_tokens);
+    }
+    if cu.len() < 2 {
+        return Err(Error::SeqLens(format!("needs B + 1 >= 2 entries, got {}", cu.len())));
+    }
+    let max_seqlen = cu.max_seqlen().unwrap_or(num_tokens);
+    if max_seqlen > num_tokens {
+        return Err(Error::InvalidValue {
+            what: "max_seqlen",
+            why: format!("{max_seqlen} is more than the {num_tokens} tokens of the launch"),
+        });
+    }
+    Ok((cu.len() - 1, max_seqlen))
+}
+
+/// `slots [B]`: its length, and where the host can read it, the rule of
+/// [`crate::checks::check_slots`] (on the device the kernels apply it and flag the error word).
+pub(crate) fn check_token_slots(slots: &impl SliceRef<i32>, batch: usize, num_slots: usize) -> Result<()> {
+    match slots.host() {
+        Some(s) => check_slots(s, batch, num_slots),
+        None if slots.len() != batch => Err(Error::Shape {
+            tensor: "slots",
+            expected: format!("[{batch}] (one per request)"),
+            got: format!("[{}]", slots.len()),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Pointers of the token inputs shared by kernels R and V.
 pub(crate) struct TokenPtrs {
     pub q: *const u8,
     pub k: *const u8,
@@ -93,59 +172,66 @@ pub(crate) struct TokenPtrs {
     pub beta: *const f32,
     pub cu_seqlens: *const i32,
     pub slots: *const i32,
+    pub q_stride: i64,
+    pub k_stride: i64,
+    pub v_stride: i64,
     pub a_stride: i64,
     pub b_stride: i64,
 }
 
-pub(crate) fn view_input(mem: &mut Memory, v: &ActView<'_>) -> Result<*const u8> {
-    Ok(elem_ptr(mem.input(v.buf.as_bytes())?, v.offset, v.dtype().size()))
-}
-
-/// Stages the token inputs (q, k, v, gate, cu_seqlens, slots) of R or V.
-pub(crate) fn stage_tokens(mem: &mut Memory, inp: &RecurrentInputs<'_>) -> Result<TokenPtrs> {
-    let null = std::ptr::null();
+/// The token inputs' pointers (q, k, v, gate, cu_seqlens, slots) of R or V, each checked to be
+/// memory the launch can read.
+pub(crate) fn token_ptrs<M: Memory>(exec: &Exec, inp: &RecurrentInputs<'_, M>) -> Result<TokenPtrs> {
+    // q, k, v first: a refusal names the first tensor a caller would look at.
+    let (q, k, v) = (
+        exec.view("q", &inp.q)?,
+        exec.view("k", &inp.k)?,
+        exec.view("v", &inp.v)?,
+    );
+    let null = std::ptr::null::<f32>;
     let (a, b, a_log, dt_bias, g, beta, a_stride, b_stride) = match inp.gate {
         Gate::Raw { a, b, a_log, dt_bias } => (
-            view_input(mem, &a)?,
-            view_input(mem, &b)?,
-            mem.input(a_log)?,
-            mem.input(dt_bias)?,
-            null,
-            null,
-            a.stride as i64,
-            b.stride as i64,
+            exec.view("a", &a)?,
+            exec.view("b", &b)?,
+            exec.slice("A_log", &a_log)?,
+            exec.slice("dt_bias", &dt_bias)?,
+            null(),
+            null(),
+            a.layout().3 as i64,
+            b.layout().3 as i64,
         ),
         Gate::Precomputed { g, beta } => (
             std::ptr::null(),
             std::ptr::null(),
-            null,
-            null,
-            mem.input(g)?,
-            mem.input(beta)?,
+            null(),
+            null(),
+            exec.slice("g", &g)?,
+            exec.slice("beta", &beta)?,
             0,
             0,
         ),
     };
     Ok(TokenPtrs {
-        q: view_input(mem, &inp.q)?,
-        k: view_input(mem, &inp.k)?,
-        v: view_input(mem, &inp.v)?,
+        q,
+        k,
+        v,
         a,
         b,
         a_log,
         dt_bias,
         g,
         beta,
-        cu_seqlens: mem.input(inp.cu_seqlens)?,
-        slots: mem.input(inp.slots)?,
+        cu_seqlens: exec.slice("cu_seqlens", &inp.cu_seqlens)?,
+        slots: exec.slice("slots", &inp.slots)?,
+        q_stride: inp.q.layout().3 as i64,
+        k_stride: inp.k.layout().3 as i64,
+        v_stride: inp.v.layout().3 as i64,
         a_stride,
         b_stride,
     })
 }
 
-/// Stages an output view; returns the pointer to its first element.
-pub(crate) fn stage_output_view(mem: &mut Memory, o: &mut ActViewMut<'_>) -> Result<*mut u8> {
-    let size = o.dtype().size();
-    let offset = o.offset;
-    Ok(mem.output(o.buf.as_bytes_mut())?.wrapping_add(offset * size))
+/// An output view's pointer (its first element) and row stride.
+pub(crate) fn output_ptr(exec: &Exec, o: &mut impl ActLayoutMut) -> Result<(*mut u8, i64)> {
+    Ok((exec.view_mut("o", o)?, o.layout().3 as i64))
 }

@@ -75,7 +75,10 @@ fn the_rust_api_refuses_every_row_with_the_tables_words_and_writes_nothing() {
         let state = filled(pool.state().len(), 0.25);
         pool.state_mut().copy_from_slice(&state);
         let ring = SpecRing::new(s, true).unwrap();
-        let track = row.track.as_ref().map(|(a, b)| Track { slots: a, steps: b });
+        let track = row.track.as_ref().map(|(a, b)| Track {
+            slots: &a[..],
+            steps: &b[..],
+        });
         let e = fold(Backend::Emulated, &mut pool, &ring, &row.slots, &row.lens, track)
             .expect_err(&row.name)
             .to_string();

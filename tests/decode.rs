@@ -12,10 +12,10 @@ use replayssm::config::{resolve, EngineFlags, GateError, Mode, PoolRole};
 use replayssm::numerics::compare;
 use replayssm::reference;
 use replayssm::{
-    decode, materialize, ActBuffer, Backend, CheckpointPool, DType, DecodeInputs, DecodeRing, Error, ForceFlush, Gate,
-    HeadDims, Variant,
+    ActBuffer, Backend, CheckpointPool, DType, DecodeInputs, DecodeRing, Error, ForceFlush, Gate, HeadDims, Variant,
 };
 use replayssm_tools::sequence::{decode_sequence, SequenceRun};
+use replayssm_tools::staged::{decode, materialize};
 use replayssm_tools::workload::RecurrentData;
 
 const SMALL: HeadDims = HeadDims {
@@ -510,9 +510,12 @@ fn bad_calls_are_refused_before_launch_and_change_nothing() {
     .unwrap_err();
     assert!(matches!(e, Error::Shape { .. } | Error::SeqLens(_)), "{e}");
     // Precomputed gate of the wrong length.
-    let g = vec![-0.1f32; 3];
+    let g = [-0.1f32; 3];
     let inp3 = DecodeInputs {
-        gate: Gate::Precomputed { g: &g, beta: &g },
+        gate: Gate::Precomputed {
+            g: &g[..],
+            beta: &g[..],
+        },
         ..inp
     };
     assert!(decode(

@@ -235,7 +235,10 @@ fn every_s1_rejection_is_a_typed_error_before_launch() {
             (vec![0, 1], vec![2, 2], Some((vec![3], vec![0])), "track length"),
         ];
         for (slots, lens, track, what) in cases {
-            let t = track.as_ref().map(|(s, st)| Track { slots: s, steps: st });
+            let t = track.as_ref().map(|(s, st)| Track {
+                slots: &s[..],
+                steps: &st[..],
+            });
             let e = fold(backend, &mut p, &ring, &slots, &lens, t).expect_err(what);
             println!("{backend} fold {what}: {e}");
             if track.is_none() {

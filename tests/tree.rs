@@ -14,8 +14,9 @@ use replayssm::numerics::compare;
 use replayssm::reference;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::Track;
-use replayssm::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree, MAX_TREE_NODES};
+use replayssm::tree::{AcceptedPaths, DraftTree, MAX_TREE_NODES};
 use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
+use replayssm_tools::staged::{fold_tree, verify_tree};
 use replayssm_tools::workload::{GateData, RecurrentData, TreeShape};
 
 /// The tokens of request `r`'s root path to node `i`, as a one-request workload.
@@ -233,8 +234,8 @@ fn tree_commit_chain(backend: Backend, variant: Variant, dims: HeadDims, dtype: 
             })
             .collect();
         let track = Track {
-            slots: &track_slots,
-            steps: &track_steps,
+            slots: &track_slots[..],
+            steps: &track_steps[..],
         };
         fold_tree(backend, &mut pool_ft, &ring, &live, &paths, Some(track)).unwrap();
         folded += paths.lens().iter().sum::<i32>() as usize;
@@ -254,7 +255,7 @@ fn tree_commit_chain(backend: Backend, variant: Variant, dims: HeadDims, dtype: 
             let mut o = ActBuffer::nan(dtype, n * dims.hv * dims.v);
             let mut snaps = vec![f32::NAN; batch * tmax * per_slot];
             let layer_pool = &mut pool_r[shape.pool_offset(l, 0)..shape.pool_offset(l + 1, 0)];
-            replayssm::recurrent(
+            replayssm_tools::staged::recurrent(
                 backend,
                 &acc.inputs(),
                 &mut RecurrentOutputs {

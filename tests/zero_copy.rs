@@ -2,14 +2,13 @@
 //! device once its buffers exist: a verify + fold step (kernels V and F) and a buffered-decode
 //! step (cursor snapshot, kernel D per layer, cursor advance). Counted: the library's Rust heap
 //! allocations on the calling thread (a counting global allocator) and the CUDA layer's device allocations and
-//! host<->device copies (`replayssm::cuda::counters`). The emulator's own C++ scratch (its
+//! host<->device copies (`replayssm::memory::counters`). The emulator's own C++ scratch (its
 //! simulated threads) is outside Rust's allocator and not counted.
 //!
-//! On the Emulated backend this runs in CI. On the Cuda backend the typed API still stages its
-//! host-resident pools and inputs through device copies on every call (issue 17's remaining
-//! work: device-resident pools, rings and inputs); `cuda_step_copies_are_measured` prints those
-//! counts and fails when a step makes none, so the day the API becomes device-resident it must
-//! be turned into the zero assertion.
+//! Both memories are measured: host-memory calls on Emulated, and device-memory calls through a
+//! `Stream` (pools, rings and inputs in device memory) on Emulated in CI and on Cuda where a GPU
+//! is present (`scripts/device-check`). Host memory on Cuda is refused, never staged, so there
+//! is no copy to count there.
 
 mod common;
 
@@ -19,11 +18,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use common::spec;
 use common::spec_chain::pool_for;
 use replayssm::config::{resolve, EngineFlags};
-use replayssm::cuda::{counters, TransferCounters};
+use replayssm::kernels::decode::DecodeRows;
+use replayssm::memory::{counters, TransferCounters};
+use replayssm::memory::{DeviceAct, DeviceVec, Stream};
 use replayssm::{
     decode, fold, verify, ActBuffer, Backend, CheckpointPool, DType, DecodeRing, DecodeStep, ForceFlush, HeadDims,
     SpecRing, Track, Variant,
 };
+use replayssm_tools::staged::DeviceTokens;
 use replayssm_tools::workload::RecurrentData;
 
 struct Counting;
@@ -115,8 +117,8 @@ fn spec_steps(backend: Backend, steps: usize) -> (u64, TransferCounters) {
                 verify(backend, &inputs, &pool, layer, &mut ov, Some(&mut ring)).unwrap();
             }
             let track = Track {
-                slots: &track_slots,
-                steps: &track_steps,
+                slots: &track_slots[..],
+                steps: &track_steps[..],
             };
             fold(backend, &mut pool, &ring, &data.slots, &accept, Some(track)).unwrap();
         });
@@ -151,6 +153,107 @@ fn decode_steps(backend: Backend, steps: usize) -> (u64, TransferCounters) {
         });
     }
     last
+}
+
+/// Device-memory verify + fold steps on a stream of `backend`: everything uploaded once before,
+/// then `steps` steps; returns what the last one counted.
+fn device_spec_steps(backend: Backend, steps: usize) -> (u64, TransferCounters) {
+    let data = RecurrentData::random(&spec(Variant::Gdn, dims(), DType::BF16, &[4, 4, 4]), 12);
+    let (shape, pool) = pool_for(&data, 2, 4, 13);
+    let stream = Stream::new(backend).unwrap();
+    let mut dpool = pool.to_device(&stream).unwrap();
+    let mut ring = SpecRing::for_pool(&dpool, shape.window, data.dtype, true).unwrap();
+    let tokens = DeviceTokens::upload(&stream, &data.inputs()).unwrap();
+    let d = data.dims;
+    let n = data.num_tokens();
+    let mut o = DeviceAct::poisoned(backend, data.dtype, n * d.hv * d.v).unwrap();
+    let free = (0..shape.slots as i32).find(|s| !data.slots.contains(s)).unwrap();
+    let up = |v: &[i32]| DeviceVec::from_host(&stream, v).unwrap();
+    let (slots, accept, ts, st) = (up(&data.slots), up(&[3, 1, 4]), up(&[free, -1, -1]), up(&[1, -1, -1]));
+    let inputs = tokens.inputs();
+    let mut last = (0, TransferCounters::default());
+    for _ in 0..steps {
+        last = measure(|| {
+            for layer in 0..2 {
+                let mut ov = o.dense_mut(n, d.hv * d.v);
+                stream.verify(&inputs, &dpool, layer, &mut ov, Some(&mut ring)).unwrap();
+            }
+            let track = Track {
+                slots: ts.as_slice(),
+                steps: st.as_slice(),
+            };
+            stream
+                .fold(&mut dpool, &ring, slots.as_slice(), accept.as_slice(), Some(track))
+                .unwrap();
+        });
+    }
+    stream.check_errors().unwrap();
+    last
+}
+
+/// Device-memory decode steps (snapshot, D on two layers, advance) on a stream of `backend`.
+fn device_decode_steps(backend: Backend, steps: usize) -> (u64, TransferCounters) {
+    let data = RecurrentData::random(&spec(Variant::Kda, dims(), DType::BF16, &[1, 1, 1]), 22);
+    let cfg = resolve(&EngineFlags::buffered_decode(Variant::Kda, 4)).unwrap();
+    let ns = data.state.len() / data.dims.state_elems();
+    let stream = Stream::new(backend).unwrap();
+    let mut pool = CheckpointPool::new_device(backend, &cfg, data.dims, 2, ns).unwrap();
+    let mut ring = DecodeRing::attach(&pool).unwrap();
+    let tokens = DeviceTokens::upload(&stream, &data.inputs()).unwrap();
+    let d = data.dims;
+    let b = data.slots.len();
+    let up = |v: &[i32]| DeviceVec::from_host(&stream, v).unwrap();
+    let (slots, cu, flush) = (up(&data.slots), up(&[0, 1, 2, 3]), up(&[0, 0, 0]));
+    let mut positions = DeviceVec::<i32>::zeros(backend, b).unwrap();
+    let mut o = DeviceAct::poisoned(backend, data.dtype, b * d.hv * d.v).unwrap();
+    let inputs = tokens.decode_inputs();
+    let mut last = (0, TransferCounters::default());
+    for _ in 0..steps {
+        last = measure(|| {
+            stream
+                .decode_snapshot(&mut ring, slots.as_slice(), positions.as_mut_slice())
+                .unwrap();
+            let rows = DecodeRows {
+                slots: slots.as_slice(),
+                positions: positions.as_slice(),
+                force_flush: Some(flush.as_slice()),
+            };
+            for layer in 0..2 {
+                let mut ov = o.dense_mut(b, d.hv * d.v);
+                stream
+                    .decode(&inputs, &mut pool, &mut ring, &rows, cu.as_slice(), layer, &mut ov)
+                    .unwrap();
+            }
+            stream.decode_advance(&mut ring, &rows).unwrap();
+        });
+    }
+    stream.check_errors().unwrap();
+    last
+}
+
+#[test]
+fn an_emulated_device_memory_verify_and_fold_step_allocates_and_copies_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (allocs, copies) = device_spec_steps(Backend::Emulated, 3);
+    assert_eq!(allocs, 0, "heap allocations in a device verify + fold step");
+    assert_eq!(copies, TransferCounters::default(), "device allocations or transfers");
+}
+
+#[test]
+fn an_emulated_device_memory_decode_step_allocates_and_copies_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (allocs, copies) = device_decode_steps(Backend::Emulated, 3);
+    assert_eq!(allocs, 0, "heap allocations in a device decode step");
+    assert_eq!(copies, TransferCounters::default(), "device allocations or transfers");
+}
+
+#[test]
+fn the_transfer_counters_see_an_upload() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let stream = Stream::new(Backend::Emulated).unwrap();
+    let mut v = DeviceVec::<i32>::zeros(Backend::Emulated, 3).unwrap();
+    let (_, c) = measure(|| v.upload(&stream, &[1, 2, 3]).unwrap());
+    assert_eq!(c.host_to_device, 1, "an upload must be counted");
 }
 
 #[test]
@@ -188,20 +291,16 @@ fn an_emulated_decode_step_allocates_and_copies_nothing() {
 }
 
 #[test]
-fn cuda_step_copies_are_measured() {
+fn cuda_device_memory_steps_allocate_and_copy_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !common::gpu_available("cuda_step_copies_are_measured") {
+    if !common::gpu_available("cuda_device_memory_steps_allocate_and_copy_nothing") {
         return;
     }
-    let (allocs, spec) = spec_steps(Backend::Cuda, 3);
-    let (dallocs, dec) = decode_steps(Backend::Cuda, 3);
+    let (allocs, spec) = device_spec_steps(Backend::Cuda, 3);
+    let (dallocs, dec) = device_decode_steps(Backend::Cuda, 3);
     common::say(&format!(
-        "CUDA verify + fold step: {allocs} heap allocations, {spec:?}; decode step: {dallocs} heap allocations, {dec:?}"
+        "CUDA device-memory verify + fold step: {allocs} heap allocations, {spec:?}; decode step: {dallocs} heap allocations, {dec:?}"
     ));
-    // The typed API still stages host buffers on CUDA (see the module comment): the counters must
-    // see those copies. When they read zero, make this test assert zero instead.
-    assert!(
-        spec.host_to_device > 0 && dec.host_to_device > 0,
-        "the counters missed the staging copies"
-    );
+    assert_eq!((allocs, spec), (0, TransferCounters::default()), "verify + fold step");
+    assert_eq!((dallocs, dec), (0, TransferCounters::default()), "decode step");
 }

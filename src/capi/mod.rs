@@ -373,7 +373,7 @@ unsafe fn cuda_read_and_reset(word: *mut u32, stream: *mut std::ffi::c_void) -> 
         return Err(fail("cudaStreamSynchronize", code));
     }
     let mut bits = 0u32;
-    crate::runtime::cuda::count_device_to_host();
+    crate::memory::count_device_to_host();
     let code = ffi::rssm_cuda_memcpy_dtoh((&mut bits as *mut u32).cast(), word as *const _, 4);
     if code != 0 {
         return Err(fail("cudaMemcpy (device to host)", code));

@@ -182,11 +182,19 @@ fn tracks_in_order(
 /// Cursor snapshots (`positions`) or cursors of live rows in 0..cache_len.
 pub fn positions(field: &str, values: &[i32], slots: &[i32], cache_len: i32) -> Check {
     for (b, (&m, &s)) in values.iter().zip(slots).enumerate() {
-        if s >= 0 && (m < 0 || m >= cache_len) {
-            return Err(bad(format!(
-                "{field}[{b}] = {m} (slot {s}) is outside 0..{cache_len} (cache_len)"
-            )));
+        if s >= 0 {
+            position(field, b, m, s, cache_len)?;
         }
+    }
+    Ok(())
+}
+
+/// One live row's cursor `m` (row `b`, slot `s`) in 0..cache_len.
+pub fn position(field: &str, b: usize, m: i32, s: i32, cache_len: i32) -> Check {
+    if m < 0 || m >= cache_len {
+        return Err(bad(format!(
+            "{field}[{b}] = {m} (slot {s}) is outside 0..{cache_len} (cache_len)"
+        )));
     }
     Ok(())
 }

@@ -455,18 +455,12 @@ pub(crate) fn cursors(p: &ffi::rssm_cursor_params, backend: Backend) -> Check {
         // SAFETY: the documented extents: slots and positions [batch], cursors [num_slots].
         let slots = unsafe { live_slots(p.slots, p.batch, p.num_slots)? };
         if p.op == ffi::rssm_cursor_op_RSSM_CURSOR_SNAPSHOT as i32 {
-            // SAFETY: as above; only live rows' cursors are read.
-            let cur: Vec<i32> = slots
-                .iter()
-                .map(|&s| {
-                    if s >= 0 {
-                        unsafe { std::ptr::read_unaligned(p.cursors.add(s as usize)) }
-                    } else {
-                        0
-                    }
-                })
-                .collect();
-            indices::positions("cursors[slots]", &cur, &slots, p.cache_len)?;
+            for (b, &s) in slots.iter().enumerate().filter(|(_, &s)| s >= 0) {
+                // SAFETY: as above; only live rows' cursors are read (no copy: a decode step
+                // allocates nothing).
+                let m = unsafe { std::ptr::read_unaligned(p.cursors.add(s as usize)) };
+                indices::position("cursors[slots]", b, m, s, p.cache_len)?;
+            }
         } else if p.op == ffi::rssm_cursor_op_RSSM_CURSOR_ADVANCE as i32 {
             // SAFETY: as above.
             let pos = unsafe { host_ints(p.positions, b) };

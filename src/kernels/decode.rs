@@ -15,34 +15,48 @@
 
 use crate::backend::Backend;
 use crate::checks::{check_kernel_head_dim, check_slots};
-use crate::dtype::{ActView, ActViewMut};
+use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::problem::{Gate, HeadDims, Variant};
+use crate::memory::{
+    ActLayout, Device, DeviceActViewMut, DeviceSeqlens, DeviceSlice, DeviceSliceMut, Host, Memory, SliceRef, Stream,
+};
+use crate::problem::{HeadDims, Variant};
 use crate::reference;
-use crate::runtime::launch::{check_error_word, check_status, launch, Memory};
+use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::decode_ring::{DecodeRing, DecodeStep};
 use crate::state::pool::CheckpointPool;
-use crate::tokens::{stage_output_view, stage_tokens, validate_tokens, RecurrentInputs};
+use crate::tokens::{output_ptr, token_ptrs, validate_tokens, Gate, RecurrentInputs};
 
 /// Inputs of one decode step of one layer: row `b` is the token of request `b`.
 #[derive(Clone, Copy, Debug)]
-pub struct DecodeInputs<'a> {
+pub struct DecodeInputs<'a, M: Memory = Host> {
     pub variant: Variant,
     pub dims: HeadDims,
     /// `[B, H, K]`
-    pub q: ActView<'a>,
+    pub q: M::View<'a>,
     /// `[B, H, K]`
-    pub k: ActView<'a>,
+    pub k: M::View<'a>,
     /// `[B, HV, V]`
-    pub v: ActView<'a>,
-    pub gate: Gate<'a>,
+    pub v: M::View<'a>,
+    pub gate: Gate<'a, M>,
     pub scale: f32,
     pub qk_l2norm: bool,
 }
 
-/// Kernel D for layer `layer`: each live row's output from its checkpoint and pending records;
-/// on flush rows the checkpoint is written, on the others record `m` is appended.
+/// The rows of one decode step in device memory, as the stream's cursor calls produce them:
+/// `slots [B]` (-1 = null row), `positions [B]` (each row's cursor, written by
+/// [`Stream::decode_snapshot`]) and optional `force_flush [B]` flags.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeRows<'a, M: Memory = Device> {
+    pub slots: M::Slice<'a, i32>,
+    pub positions: M::Slice<'a, i32>,
+    pub force_flush: Option<M::Slice<'a, i32>>,
+}
+
+/// Kernel D for layer `layer` on host memory: each live row's output from its checkpoint and
+/// pending records; on flush rows the checkpoint is written, on the others record `m` is
+/// appended. On device memory: [`Stream::decode`].
 pub fn decode(
     backend: Backend,
     inp: &DecodeInputs<'_>,
@@ -52,100 +66,196 @@ pub fn decode(
     layer: usize,
     o: &mut ActViewMut<'_>,
 ) -> Result<()> {
-    ring.check_pool(pool)?;
     ring.check_step(step)?;
-    pool.check_inputs(inp.variant, &inp.dims, layer)?;
-    check_kernel_head_dim(backend, inp.dims.k)?;
-    let batch = step.batch();
+    let rows = DecodeRows::<Host> {
+        slots: &step.slots,
+        positions: &step.positions,
+        force_flush: Some(&step.force_flush),
+    };
     let rinp = RecurrentInputs {
         variant: inp.variant,
         dims: inp.dims,
         q: inp.q,
         k: inp.k,
         v: inp.v,
-        gate: inp.gate,
+        gate: inp.gate.shorten(),
         cu_seqlens: &step.cu_seqlens,
         slots: &step.slots,
         scale: inp.scale,
         qk_l2norm: inp.qk_l2norm,
     };
-    // One token per row: cu_seqlens = 0..=B checks that the views hold exactly B rows.
-    validate_tokens(backend, &rinp, o)?;
+    check_decode(backend, &rinp, pool, ring, &rows, layer, o)?;
     match backend {
         Backend::Reference => {
             decode_reference(&rinp, pool, ring, step, layer, o);
             Ok(())
         }
-        Backend::Emulated | Backend::Cuda => {
-            let s = pool.shape();
-            let d = s.dims;
-            let mut mem = Memory::for_backend(backend)?;
-            let mut word = [0u32];
-            let t = stage_tokens(&mut mem, &rinp)?;
-            let params = ffi::rssm_decode_params {
-                q: t.q.cast(),
-                k: t.k.cast(),
-                v: t.v.cast(),
-                a: t.a.cast(),
-                b: t.b.cast(),
-                A_log: t.a_log,
-                dt_bias: t.dt_bias,
-                g: t.g,
-                beta: t.beta,
-                slots: t.slots,
-                positions: mem.input(&step.positions)?,
-                force_flush: mem.input(&step.force_flush)?,
-                state: mem.output(pool.state_mut())?,
-                ring_d: mem.output(&mut ring.d)?,
-                ring_k: mem.output(&mut ring.k)?,
-                ring_g: mem.output(&mut ring.g)?,
-                o: stage_output_view(&mut mem, o)?.cast(),
-                error_word: mem.output(&mut word)?,
-                q_stride: inp.q.stride as i64,
-                k_stride: inp.k.stride as i64,
-                v_stride: inp.v.stride as i64,
-                a_stride: t.a_stride,
-                b_stride: t.b_stride,
-                o_stride: o.stride as i64,
-                batch: batch as i32,
-                num_slots: s.slots as i32,
-                num_layers: s.layers as i32,
-                layer: layer as i32,
-                cache_len: ring.cache_len as i32,
-                H: d.h as i32,
-                HV: d.hv as i32,
-                K: d.k as i32,
-                V: d.v as i32,
-                scale: inp.scale,
-                dtype: inp.q.dtype().to_ffi(),
-                variant: inp.variant.to_ffi(),
-                qk_l2norm: inp.qk_l2norm as i32,
-                reserved: 0,
-            };
-            // The checks the C ABI runs on the same params (one source: `checks::params`).
-            crate::checks::params::decode(&params, backend)?;
-            let st = launch!(backend, rssm_decode, rssm_emu_decode, &params);
-            check_status("decode", backend, st)?;
-            mem.finish()?;
-            check_error_word("decode", word[0])
-        }
+        Backend::Emulated | Backend::Cuda => on_host(backend, "decode", |exec| {
+            decode_kernel(exec, &rinp, pool, ring, &rows, layer, o)
+        }),
     }
 }
 
-/// Folds the pending records of `slots` (every layer) into their checkpoints and resets their
-/// cursors (prefix caching, preemption, export). Null (`-1`) entries are skipped.
-pub fn materialize(backend: Backend, pool: &mut CheckpointPool, ring: &mut DecodeRing, slots: &[i32]) -> Result<()> {
+/// The checks [`decode`] runs before anything is written (host memory, contents included).
+pub fn validate_decode(
+    backend: Backend,
+    inp: &DecodeInputs<'_>,
+    pool: &CheckpointPool,
+    ring: &DecodeRing,
+    step: &DecodeStep,
+    layer: usize,
+    o: &ActViewMut<'_>,
+) -> Result<()> {
+    ring.check_step(step)?;
+    let rows = DecodeRows::<Host> {
+        slots: &step.slots,
+        positions: &step.positions,
+        force_flush: Some(&step.force_flush),
+    };
+    let rinp = RecurrentInputs {
+        variant: inp.variant,
+        dims: inp.dims,
+        q: inp.q,
+        k: inp.k,
+        v: inp.v,
+        gate: inp.gate.shorten(),
+        cu_seqlens: &step.cu_seqlens,
+        slots: &step.slots,
+        scale: inp.scale,
+        qk_l2norm: inp.qk_l2norm,
+    };
+    check_decode(backend, &rinp, pool, ring, &rows, layer, o)
+}
+
+/// The checks of a D launch, its inputs seen as kernel R's token inputs (one token per row).
+fn check_decode<M: Memory>(
+    backend: Backend,
+    rinp: &RecurrentInputs<'_, M>,
+    pool: &CheckpointPool<M>,
+    ring: &DecodeRing<M>,
+    rows: &DecodeRows<'_, M>,
+    layer: usize,
+    o: &impl ActLayout,
+) -> Result<()> {
+    ring.check_pool(pool)?;
+    pool.check_inputs(rinp.variant, &rinp.dims, layer)?;
+    check_kernel_head_dim(backend, rinp.dims.k)?;
+    check_rows(rows.slots.len(), rows)?;
+    // One token per row: cu_seqlens = 0..=B checks that the views hold exactly B rows.
+    validate_tokens(backend, rinp, o)?;
+    Ok(())
+}
+
+/// The per-row arrays of a decode step hold one entry per row.
+fn check_rows<M: Memory>(batch: usize, rows: &DecodeRows<'_, M>) -> Result<()> {
+    if batch == 0 || batch > 65535 {
+        return Err(Error::Shape {
+            tensor: "slots",
+            expected: "[B] with 1 <= B <= 65535".into(),
+            got: format!("[{batch}]"),
+        });
+    }
+    let f = rows.force_flush.as_ref().map_or(batch, |f| f.len());
+    for (tensor, len) in [("positions", rows.positions.len()), ("force_flush", f)] {
+        if len != batch {
+            return Err(Error::Shape {
+                tensor,
+                expected: format!("[{batch}] (one per row)"),
+                got: format!("[{len}]"),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn decode_kernel<M: Memory>(
+    exec: &Exec,
+    inp: &RecurrentInputs<'_, M>,
+    pool: &mut CheckpointPool<M>,
+    ring: &mut DecodeRing<M>,
+    rows: &DecodeRows<'_, M>,
+    layer: usize,
+    o: &mut M::ViewMut<'_>,
+) -> Result<()> {
+    let s = pool.shape();
+    let d = s.dims;
+    let t = token_ptrs(exec, inp)?;
+    let (o_ptr, o_stride) = output_ptr(exec, o)?;
+    let params = ffi::rssm_decode_params {
+        q: t.q.cast(),
+        k: t.k.cast(),
+        v: t.v.cast(),
+        a: t.a.cast(),
+        b: t.b.cast(),
+        A_log: t.a_log,
+        dt_bias: t.dt_bias,
+        g: t.g,
+        beta: t.beta,
+        slots: t.slots,
+        positions: exec.slice("positions", &rows.positions)?,
+        force_flush: match &rows.force_flush {
+            Some(f) => exec.slice("force_flush", f)?,
+            None => std::ptr::null(),
+        },
+        state: exec.store_mut("pool", pool.storage_mut())?,
+        ring_d: exec.store_mut("decode ring d", &mut ring.d)?,
+        ring_k: exec.store_mut("decode ring k", &mut ring.k)?,
+        ring_g: exec.store_mut("decode ring g", &mut ring.g)?,
+        o: o_ptr.cast(),
+        error_word: exec.word,
+        q_stride: t.q_stride,
+        k_stride: t.k_stride,
+        v_stride: t.v_stride,
+        a_stride: t.a_stride,
+        b_stride: t.b_stride,
+        o_stride,
+        batch: rows.slots.len() as i32,
+        num_slots: s.slots as i32,
+        num_layers: s.layers as i32,
+        layer: layer as i32,
+        cache_len: ring.cache_len as i32,
+        H: d.h as i32,
+        HV: d.hv as i32,
+        K: d.k as i32,
+        V: d.v as i32,
+        scale: inp.scale,
+        dtype: inp.q.dtype().to_ffi(),
+        variant: inp.variant.to_ffi(),
+        qk_l2norm: inp.qk_l2norm as i32,
+        reserved: 0,
+    };
+    // The checks the C ABI runs on the same params (one source: `checks::params`).
+    crate::checks::params::decode(&params, exec.backend)?;
+    let st = launch!(exec, rssm_decode, rssm_emu_decode, &params);
+    check_status("decode", exec.backend, st)
+}
+
+/// The rows of a materialise: `[B]` slots with B x NL within the launch limit.
+fn check_materialize_slots(slots: usize, layers: usize) -> Result<()> {
+    if slots == 0 || slots * layers > 65535 {
+        return Err(Error::Shape {
+            tensor: "slots",
+            expected: format!("[B] with 1 <= B and B x NL <= 65535 (NL = {layers})"),
+            got: format!("[{slots}]"),
+        });
+    }
+    Ok(())
+}
+
+/// The checks [`materialize`] runs before anything is written.
+pub fn validate_materialize(backend: Backend, pool: &CheckpointPool, ring: &DecodeRing, slots: &[i32]) -> Result<()> {
     ring.check_pool(pool)?;
     let s = pool.shape();
     check_kernel_head_dim(backend, s.dims.k)?;
-    if slots.is_empty() || slots.len() * s.layers > 65535 {
-        return Err(Error::Shape {
-            tensor: "slots",
-            expected: format!("[B] with 1 <= B and B x NL <= 65535 (NL = {})", s.layers),
-            got: format!("[{}]", slots.len()),
-        });
-    }
-    check_slots(slots, slots.len(), s.slots)?;
+    check_materialize_slots(slots.len(), s.layers)?;
+    check_slots(slots, slots.len(), s.slots)
+}
+
+/// Folds the pending records of `slots` (every layer) into their checkpoints and resets their
+/// cursors (prefix caching, preemption, export). Null (`-1`) entries are skipped. On device
+/// memory: [`Stream::materialize`].
+pub fn materialize(backend: Backend, pool: &mut CheckpointPool, ring: &mut DecodeRing, slots: &[i32]) -> Result<()> {
+    validate_materialize(backend, pool, ring, slots)?;
     let positions: Vec<i32> = slots
         .iter()
         .map(|&x| if x < 0 { 0 } else { ring.write_pos[x as usize] })
@@ -155,63 +265,212 @@ pub fn materialize(backend: Backend, pool: &mut CheckpointPool, ring: &mut Decod
     }
     match backend {
         Backend::Reference => materialize_reference(pool, ring, slots, &positions),
-        Backend::Emulated | Backend::Cuda => {
-            let d = s.dims;
-            let mut mem = Memory::for_backend(backend)?;
-            let mut word = [0u32];
-            let null = std::ptr::null();
-            let params = ffi::rssm_decode_params {
-                q: null,
-                k: null,
-                v: null,
-                a: null,
-                b: null,
-                A_log: std::ptr::null(),
-                dt_bias: std::ptr::null(),
-                g: std::ptr::null(),
-                beta: std::ptr::null(),
-                slots: mem.input(slots)?,
-                positions: mem.input(&positions)?,
-                force_flush: std::ptr::null(),
-                state: mem.output(pool.state_mut())?,
-                ring_d: mem.input(&ring.d)?.cast_mut(),
-                ring_k: mem.input(&ring.k)?.cast_mut(),
-                ring_g: mem.input(&ring.g)?.cast_mut(),
-                o: std::ptr::null_mut(),
-                error_word: mem.output(&mut word)?,
-                q_stride: 0,
-                k_stride: 0,
-                v_stride: 0,
-                a_stride: 0,
-                b_stride: 0,
-                o_stride: 0,
-                batch: slots.len() as i32,
-                num_slots: s.slots as i32,
-                num_layers: s.layers as i32,
-                layer: 0,
-                cache_len: ring.cache_len as i32,
-                H: d.h as i32,
-                HV: d.hv as i32,
-                K: d.k as i32,
-                V: d.v as i32,
-                scale: 1.0,
-                dtype: crate::DType::F32.to_ffi(),
-                variant: s.variant.to_ffi(),
-                qk_l2norm: 0,
-                reserved: 0,
-            };
-            // The checks the C ABI runs on the same params (one source: `checks::params`).
-            crate::checks::params::materialize(&params, backend)?;
-            let st = launch!(backend, rssm_decode_materialize, rssm_emu_decode_materialize, &params);
-            check_status("decode_materialize", backend, st)?;
-            mem.finish()?;
-            check_error_word("decode_materialize", word[0])?;
-        }
+        Backend::Emulated | Backend::Cuda => on_host(backend, "decode_materialize", |exec| {
+            materialize_kernel(exec, pool, ring, &slots, &positions.as_slice())
+        })?,
     }
     for &slot in slots.iter().filter(|&&x| x >= 0) {
         ring.set_cursor(slot as usize, 0);
     }
     Ok(())
+}
+
+fn materialize_kernel<M: Memory>(
+    exec: &Exec,
+    pool: &mut CheckpointPool<M>,
+    ring: &DecodeRing<M>,
+    slots: &M::Slice<'_, i32>,
+    positions: &M::Slice<'_, i32>,
+) -> Result<()> {
+    let s = pool.shape();
+    let d = s.dims;
+    let null = std::ptr::null();
+    let params = ffi::rssm_decode_params {
+        q: null,
+        k: null,
+        v: null,
+        a: null,
+        b: null,
+        A_log: std::ptr::null(),
+        dt_bias: std::ptr::null(),
+        g: std::ptr::null(),
+        beta: std::ptr::null(),
+        slots: exec.slice("slots", slots)?,
+        positions: exec.slice("positions", positions)?,
+        force_flush: std::ptr::null(),
+        state: exec.store_mut("pool", pool.storage_mut())?,
+        // Read only by the materialise kernel.
+        ring_d: exec.store("decode ring d", &ring.d)?.cast_mut(),
+        ring_k: exec.store("decode ring k", &ring.k)?.cast_mut(),
+        ring_g: exec.store("decode ring g", &ring.g)?.cast_mut(),
+        o: std::ptr::null_mut(),
+        error_word: exec.word,
+        q_stride: 0,
+        k_stride: 0,
+        v_stride: 0,
+        a_stride: 0,
+        b_stride: 0,
+        o_stride: 0,
+        batch: slots.len() as i32,
+        num_slots: s.slots as i32,
+        num_layers: s.layers as i32,
+        layer: 0,
+        cache_len: ring.cache_len as i32,
+        H: d.h as i32,
+        HV: d.hv as i32,
+        K: d.k as i32,
+        V: d.v as i32,
+        scale: 1.0,
+        dtype: crate::DType::F32.to_ffi(),
+        variant: s.variant.to_ffi(),
+        qk_l2norm: 0,
+        reserved: 0,
+    };
+    // The checks the C ABI runs on the same params (one source: `checks::params`).
+    crate::checks::params::materialize(&params, exec.backend)?;
+    let st = launch!(exec, rssm_decode_materialize, rssm_emu_decode_materialize, &params);
+    check_status("decode_materialize", exec.backend, st)
+}
+
+/// Launches the cursor kernel (`op`: snapshot, advance or reset) on device memory.
+fn cursors_kernel(
+    stream: &Stream,
+    ring: &mut DecodeRing<Device>,
+    op: ffi::rssm_cursor_op,
+    slots: &DeviceSlice<'_, i32>,
+    mut positions: Option<DeviceSliceMut<'_, i32>>,
+    force_flush: Option<&DeviceSlice<'_, i32>>,
+) -> Result<()> {
+    let exec = Exec::on(stream);
+    let b = slots.len();
+    check_rows::<Device>(
+        b,
+        &DecodeRows {
+            slots: *slots,
+            positions: positions.as_ref().map_or(*slots, |p| p.as_slice()),
+            force_flush: force_flush.copied(),
+        },
+    )?;
+    let params = ffi::rssm_cursor_params {
+        cursors: exec.store_mut("decode ring cursors", &mut ring.write_pos)?,
+        slots: exec.slice("slots", slots)?,
+        positions: match positions.as_mut() {
+            Some(p) => exec.slice_mut("positions", p)?,
+            None => std::ptr::null_mut(),
+        },
+        force_flush: match force_flush {
+            Some(f) => exec.slice("force_flush", f)?,
+            None => std::ptr::null(),
+        },
+        error_word: exec.word,
+        batch: b as i32,
+        num_slots: ring.shape.slots as i32,
+        cache_len: ring.cache_len as i32,
+        op: op as i32,
+    };
+    crate::checks::params::cursors(&params, exec.backend)?;
+    let st = launch!(&exec, rssm_decode_cursors, rssm_emu_decode_cursors, &params);
+    check_status("decode_cursors", exec.backend, st)
+}
+
+impl Stream {
+    /// The first call of a device decode step: each row's cursor into `positions [B]` (0 for a
+    /// null row). Every layer's [`Stream::decode`] then reads the same rows, and
+    /// [`Stream::decode_advance`] ends the step. The cursors never leave the device, so a
+    /// captured graph replays the whole step.
+    pub fn decode_snapshot(
+        &self,
+        ring: &mut DecodeRing<Device>,
+        slots: DeviceSlice<'_, i32>,
+        positions: DeviceSliceMut<'_, i32>,
+    ) -> Result<()> {
+        cursors_kernel(
+            self,
+            ring,
+            ffi::rssm_cursor_op_RSSM_CURSOR_SNAPSHOT,
+            &slots,
+            Some(positions),
+            None,
+        )
+    }
+
+    /// Kernel D for layer `layer` on device memory, enqueued on this stream (no allocation,
+    /// copy or synchronisation; bad device-side rows flag the stream's error word).
+    /// `cu_seqlens` is `0..=B` in device memory (one token per row), as the engine keeps it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decode(
+        &self,
+        inp: &DecodeInputs<'_, Device>,
+        pool: &mut CheckpointPool<Device>,
+        ring: &mut DecodeRing<Device>,
+        rows: &DecodeRows<'_, Device>,
+        cu_seqlens: DeviceSlice<'_, i32>,
+        layer: usize,
+        o: &mut DeviceActViewMut<'_>,
+    ) -> Result<()> {
+        let rinp = RecurrentInputs {
+            variant: inp.variant,
+            dims: inp.dims,
+            q: inp.q,
+            k: inp.k,
+            v: inp.v,
+            gate: inp.gate.shorten(),
+            cu_seqlens: DeviceSeqlens {
+                cu: cu_seqlens,
+                max_seqlen: 1,
+            },
+            slots: rows.slots,
+            scale: inp.scale,
+            qk_l2norm: inp.qk_l2norm,
+        };
+        check_decode(self.backend(), &rinp, pool, ring, rows, layer, o)?;
+        decode_kernel(&Exec::on(self), &rinp, pool, ring, rows, layer, o)
+    }
+
+    /// The last call of a device decode step: flushed rows' cursors go back to 0, the others
+    /// move one on.
+    pub fn decode_advance(&self, ring: &mut DecodeRing<Device>, rows: &DecodeRows<'_, Device>) -> Result<()> {
+        // The cursor kernel writes no positions on ADVANCE; it reads them through this pointer.
+        // SAFETY: the same extent as `rows.positions`, which the kernel only reads.
+        let positions = unsafe {
+            DeviceSliceMut::from_raw_parts(
+                rows.positions.backend(),
+                rows.positions.as_ptr().cast_mut(),
+                rows.positions.len(),
+            )
+        };
+        cursors_kernel(
+            self,
+            ring,
+            ffi::rssm_cursor_op_RSSM_CURSOR_ADVANCE,
+            &rows.slots,
+            Some(positions),
+            rows.force_flush.as_ref(),
+        )
+    }
+
+    /// Resets the cursors of `slots` to 0 (a slot (re)allocated to a request, or freed).
+    pub fn decode_reset(&self, ring: &mut DecodeRing<Device>, slots: DeviceSlice<'_, i32>) -> Result<()> {
+        cursors_kernel(self, ring, ffi::rssm_cursor_op_RSSM_CURSOR_RESET, &slots, None, None)
+    }
+
+    /// Folds the pending records of `slots` (every layer) into their checkpoints and resets
+    /// their cursors, on device memory; `positions [B]` is scratch for the cursors.
+    pub fn materialize(
+        &self,
+        pool: &mut CheckpointPool<Device>,
+        ring: &mut DecodeRing<Device>,
+        slots: DeviceSlice<'_, i32>,
+        mut positions: DeviceSliceMut<'_, i32>,
+    ) -> Result<()> {
+        ring.check_pool(pool)?;
+        let s = pool.shape();
+        check_kernel_head_dim(self.backend(), s.dims.k)?;
+        check_materialize_slots(slots.len(), s.layers)?;
+        self.decode_snapshot(ring, slots, positions.reborrow())?;
+        materialize_kernel(&Exec::on(self), pool, ring, &slots, &positions.as_slice())?;
+        self.decode_reset(ring, slots)
+    }
 }
 
 /// Replays pending records `0..m` of `(layer, slot, hv)` into one head's state (f32).

@@ -12,8 +12,9 @@ use crate::checks::check_kernel_head_dim;
 use crate::error::{Error, Result};
 use crate::ffi;
 pub use crate::kernels::replay::Track;
-use crate::kernels::replay::{check_fold_args, replay_reference, ring_l2norm, stage_ring, Commit};
-use crate::runtime::launch::{check_error_word, check_status, launch, Memory};
+use crate::kernels::replay::{check_fold_args, replay_reference, ring_ptrs, Commit};
+use crate::memory::{Device, DeviceSlice, Memory, SliceRef, Stream};
+use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::{check_ring_matches, check_spec_pool, SpecRing};
 
@@ -31,8 +32,9 @@ pub fn track_step(pre: u64, n: u64, interval: u64) -> Option<u64> {
     Some(((post / interval) * interval).saturating_sub(pre + 1))
 }
 
-/// Kernel F: replays `accept_lens[b]` ring records (bonus token included; 0 = no-op) of each
-/// live request into its checkpoint, in every layer, in one launch.
+/// Kernel F on host memory: replays `accept_lens[b]` ring records (bonus token included;
+/// 0 = no-op) of each live request into its checkpoint, in every layer, in one launch. On device
+/// memory: [`Stream::fold`].
 pub fn fold(
     backend: Backend,
     pool: &mut CheckpointPool,
@@ -44,7 +46,71 @@ pub fn fold(
     fold_commit(backend, pool, ring, slots, Commit::Prefix(accept_lens), track)
 }
 
-/// Kernel F in either mode (prefix or path), after the S1 checks.
+impl Stream {
+    /// Kernel F on device memory, enqueued on this stream: no allocation, copy or
+    /// synchronisation; rows with bad device-side indices or lengths are skipped and flagged in
+    /// the stream's error word.
+    pub fn fold(
+        &self,
+        pool: &mut CheckpointPool<Device>,
+        ring: &SpecRing<Device>,
+        slots: DeviceSlice<'_, i32>,
+        accept_lens: DeviceSlice<'_, i32>,
+        track: Option<Track<'_, Device>>,
+    ) -> Result<()> {
+        let commit = Commit::Prefix(accept_lens);
+        check_fold(self.backend(), pool, ring, &slots, &commit, track.as_ref())?;
+        fold_kernel(&Exec::on(self), pool, ring, &slots, commit, track)
+    }
+}
+
+/// The S1 checks of a fold in either mode, before anything is written.
+pub(crate) fn check_fold<M: Memory>(
+    backend: Backend,
+    pool: &CheckpointPool<M>,
+    ring: &SpecRing<M>,
+    slots: &M::Slice<'_, i32>,
+    commit: &Commit<'_, M>,
+    track: Option<&Track<'_, M>>,
+) -> Result<()> {
+    let s = ring.shape;
+    check_spec_pool(pool)?;
+    check_ring_matches(ring, pool)?;
+    check_kernel_head_dim(backend, s.dims.k)?;
+    let what = match commit {
+        Commit::Prefix(_) => "accept_lens",
+        Commit::Path { .. } => "accepted path lengths",
+    };
+    check_fold_args(&s, slots, commit, what, track)?;
+    if slots.len() * s.layers > 65535 {
+        return Err(Error::InvalidValue {
+            what: "batch",
+            why: format!("B x NL = {} exceeds the launch limit of 65535", slots.len() * s.layers),
+        });
+    }
+    Ok(())
+}
+
+/// The checks [`fold`] runs before anything is written (host memory, contents included).
+pub fn validate_fold(
+    backend: Backend,
+    pool: &CheckpointPool,
+    ring: &SpecRing,
+    slots: &[i32],
+    accept_lens: &[i32],
+    track: Option<Track<'_>>,
+) -> Result<()> {
+    check_fold(
+        backend,
+        pool,
+        ring,
+        &slots,
+        &Commit::Prefix(accept_lens),
+        track.as_ref(),
+    )
+}
+
+/// Kernel F on host memory in either mode (prefix or path), after the S1 checks.
 pub(crate) fn fold_commit(
     backend: Backend,
     pool: &mut CheckpointPool,
@@ -53,73 +119,71 @@ pub(crate) fn fold_commit(
     commit: Commit<'_>,
     track: Option<Track<'_>>,
 ) -> Result<()> {
-    let s = ring.shape;
-    check_spec_pool(pool)?;
-    check_ring_matches(ring, pool)?;
-    let state = pool.state_mut();
-    check_kernel_head_dim(backend, s.dims.k)?;
-    let what = match commit {
-        Commit::Prefix(_) => "accept_lens",
-        Commit::Path { .. } => "accepted path lengths",
-    };
-    check_fold_args(&s, slots, commit.lens(), what, track.as_ref())?;
-    if slots.len() * s.layers > 65535 {
-        return Err(Error::InvalidValue {
-            what: "batch",
-            why: format!("B x NL = {} exceeds the launch limit of 65535", slots.len() * s.layers),
-        });
-    }
+    check_fold(backend, pool, ring, &slots, &commit, track.as_ref())?;
     match backend {
         Backend::Reference => {
-            for layer in 0..s.layers {
+            let state = pool.state_mut();
+            for layer in 0..ring.shape.layers {
                 replay_reference(state, ring, layer, slots, commit, track.as_ref());
             }
             Ok(())
         }
-        Backend::Emulated | Backend::Cuda => {
-            let mut mem = Memory::for_backend(backend)?;
-            let mut word = [0u32];
-            let (track_slots, track_steps) = match track {
-                Some(t) => (mem.input(t.slots)?, mem.input(t.steps)?),
-                None => (std::ptr::null(), std::ptr::null()),
-            };
-            let d = s.dims;
-            let r = stage_ring(&mut mem, ring)?;
-            let (accept_lens, accept_paths, path_width) = match commit {
-                Commit::Prefix(lens) => (mem.input(lens)?, std::ptr::null(), 0),
-                Commit::Path { paths, width, .. } => (std::ptr::null(), mem.input(paths)?, width as i32),
-            };
-            let params = ffi::rssm_fold_params {
-                state: mem.output(state)?,
-                ring_v: r.0,
-                ring_k: r.1,
-                ring_g: r.2,
-                ring_beta: r.3,
-                slots: mem.input(slots)?,
-                accept_lens,
-                track_slots,
-                track_steps,
-                accept_paths,
-                error_word: mem.output(&mut word)?,
-                batch: slots.len() as i32,
-                num_slots: s.slots as i32,
-                num_layers: s.layers as i32,
-                window: s.window as i32,
-                H: d.h as i32,
-                HV: d.hv as i32,
-                K: d.k as i32,
-                V: d.v as i32,
-                dtype: s.dtype.to_ffi(),
-                variant: s.variant.to_ffi(),
-                qk_l2norm: ring_l2norm(ring),
-                path_width,
-            };
-            // The checks the C ABI runs on the same params (one source: `checks::params`).
-            crate::checks::params::fold(&params, backend)?;
-            let st = launch!(backend, rssm_fold, rssm_emu_fold, &params);
-            check_status("fold", backend, st)?;
-            mem.finish()?;
-            check_error_word("fold", word[0])
-        }
+        Backend::Emulated | Backend::Cuda => on_host(backend, "fold", |exec| {
+            fold_kernel(exec, pool, ring, &slots, commit, track)
+        }),
     }
+}
+
+/// Launches kernel F (either mode) on checked inputs.
+pub(crate) fn fold_kernel<M: Memory>(
+    exec: &Exec,
+    pool: &mut CheckpointPool<M>,
+    ring: &SpecRing<M>,
+    slots: &M::Slice<'_, i32>,
+    commit: Commit<'_, M>,
+    track: Option<Track<'_, M>>,
+) -> Result<()> {
+    let s = ring.shape;
+    let d = s.dims;
+    let (track_slots, track_steps) = match &track {
+        Some(t) => (
+            exec.slice("track_slots", &t.slots)?,
+            exec.slice("track_steps", &t.steps)?,
+        ),
+        None => (std::ptr::null(), std::ptr::null()),
+    };
+    let r = ring_ptrs(exec, ring)?;
+    let (accept_lens, accept_paths, path_width) = match &commit {
+        Commit::Prefix(lens) => (exec.slice("accept_lens", lens)?, std::ptr::null(), 0),
+        Commit::Path { paths, width, .. } => (std::ptr::null(), exec.slice("accept_paths", paths)?, *width as i32),
+    };
+    let params = ffi::rssm_fold_params {
+        state: exec.store_mut("pool", pool.storage_mut())?,
+        ring_v: r.0,
+        ring_k: r.1,
+        ring_g: r.2,
+        ring_beta: r.3,
+        slots: exec.slice("slots", slots)?,
+        accept_lens,
+        track_slots,
+        track_steps,
+        accept_paths,
+        error_word: exec.word,
+        batch: slots.len() as i32,
+        num_slots: s.slots as i32,
+        num_layers: s.layers as i32,
+        window: s.window as i32,
+        H: d.h as i32,
+        HV: d.hv as i32,
+        K: d.k as i32,
+        V: d.v as i32,
+        dtype: s.dtype.to_ffi(),
+        variant: s.variant.to_ffi(),
+        qk_l2norm: ring.l2norm as i32,
+        path_width,
+    };
+    // The checks the C ABI runs on the same params (one source: `checks::params`).
+    crate::checks::params::fold(&params, exec.backend)?;
+    let st = launch!(exec, rssm_fold, rssm_emu_fold, &params);
+    check_status("fold", exec.backend, st)
 }

@@ -6,26 +6,26 @@
 //! `csrc/include/replayssm/device/recurrent.cuh`; reference: [`crate::reference`].
 
 use crate::backend::Backend;
-use crate::checks::{check_len, check_slots};
-use crate::dtype::ActViewMut;
+use crate::checks::check_len;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::memory::{ActLayout, Device, Host, Memory, SliceMutRef, Stream};
 use crate::reference;
-use crate::runtime::launch::{check_error_word, check_status, launch, Memory};
-use crate::tokens::{stage_output_view, stage_tokens, validate_tokens, RecurrentInputs};
+use crate::runtime::launch::{check_status, launch, on_host, Exec};
+use crate::tokens::{check_token_slots, output_ptr, token_ptrs, validate_tokens, RecurrentInputs};
 
-/// Outputs of kernel R.
+/// Outputs of kernel R, in host memory (the default) or device memory.
 #[derive(Debug)]
-pub struct RecurrentOutputs<'a> {
+pub struct RecurrentOutputs<'a, M: Memory = Host> {
     /// `[N, HV, V]`, same dtype as q.
-    pub o: ActViewMut<'a>,
+    pub o: M::ViewMut<'a>,
     /// Checkpoint pool `[NS, HV, V, K]`, read at each request's slot.
-    pub state: &'a mut [f32],
+    pub state: M::SliceMut<'a, f32>,
     /// Store the final state back into the request's slot.
     pub write_state: bool,
     /// `[B, T, HV, V, K]` with `T` the longest request: state after each token. Entries of null
     /// requests and past a request's length are left untouched.
-    pub snapshots: Option<&'a mut [f32]>,
+    pub snapshots: Option<M::SliceMut<'a, f32>>,
 }
 
 /// What validation derived from the inputs.
@@ -37,8 +37,13 @@ pub struct RecurrentPlan {
     pub num_slots: usize,
 }
 
-/// Checks everything a launch of kernel R depends on; returns the derived sizes.
-pub fn validate(backend: Backend, inp: &RecurrentInputs<'_>, out: &RecurrentOutputs<'_>) -> Result<RecurrentPlan> {
+/// Checks everything a launch of kernel R depends on (device index arrays: the kernel's to
+/// check); returns the derived sizes.
+pub fn validate<M: Memory>(
+    backend: Backend,
+    inp: &RecurrentInputs<'_, M>,
+    out: &RecurrentOutputs<'_, M>,
+) -> Result<RecurrentPlan> {
     let d = inp.dims;
     let (n, batch, max_seqlen) = validate_tokens(backend, inp, &out.o)?;
     let per_slot = d.state_elems();
@@ -56,8 +61,8 @@ pub fn validate(backend: Backend, inp: &RecurrentInputs<'_>, out: &RecurrentOutp
             why: format!("{num_slots} slots do not fit in i32"),
         });
     }
-    check_slots(inp.slots, batch, num_slots)?;
-    if let Some(s) = out.snapshots.as_deref() {
+    check_token_slots(&inp.slots, batch, num_slots)?;
+    if let Some(s) = out.snapshots.as_ref() {
         check_len("snapshots", s.len(), batch * max_seqlen * per_slot, || {
             format!("[B={batch}, T={max_seqlen}, HV={}, V={}, K={}]", d.hv, d.v, d.k)
         })?;
@@ -70,26 +75,40 @@ pub fn validate(backend: Backend, inp: &RecurrentInputs<'_>, out: &RecurrentOutp
     })
 }
 
-/// Runs kernel R on `backend` after validating every input.
+/// Runs kernel R on host memory (Reference or Emulated) after validating every input. On
+/// device memory: [`Stream::recurrent`].
 pub fn recurrent(backend: Backend, inp: &RecurrentInputs<'_>, out: &mut RecurrentOutputs<'_>) -> Result<RecurrentPlan> {
     let plan = validate(backend, inp, out)?;
     match backend {
         Backend::Reference => recurrent_reference(inp, &plan, out),
-        Backend::Emulated | Backend::Cuda => run_kernel(backend, inp, &plan, out)?,
+        Backend::Emulated | Backend::Cuda => on_host(backend, "recurrent", |exec| run_kernel(exec, inp, &plan, out))?,
     }
     Ok(plan)
 }
 
-fn run_kernel(
-    backend: Backend,
-    inp: &RecurrentInputs<'_>,
+impl Stream {
+    /// Kernel R on device memory, enqueued on this stream (no allocation, copy or
+    /// synchronisation; bad device-side rows flag the stream's error word).
+    pub fn recurrent(
+        &self,
+        inp: &RecurrentInputs<'_, Device>,
+        out: &mut RecurrentOutputs<'_, Device>,
+    ) -> Result<RecurrentPlan> {
+        let plan = validate(self.backend(), inp, out)?;
+        run_kernel(&Exec::on(self), inp, &plan, out)?;
+        Ok(plan)
+    }
+}
+
+fn run_kernel<M: Memory>(
+    exec: &Exec,
+    inp: &RecurrentInputs<'_, M>,
     plan: &RecurrentPlan,
-    out: &mut RecurrentOutputs<'_>,
+    out: &mut RecurrentOutputs<'_, M>,
 ) -> Result<()> {
     let d = inp.dims;
-    let mut mem = Memory::for_backend(backend)?;
-    let mut word = [0u32];
-    let t = stage_tokens(&mut mem, inp)?;
+    let t = token_ptrs(exec, inp)?;
+    let (o, o_stride) = output_ptr(exec, &mut out.o)?;
     let params = ffi::rssm_recurrent_params {
         q: t.q.cast(),
         k: t.k.cast(),
@@ -102,19 +121,19 @@ fn run_kernel(
         beta: t.beta,
         cu_seqlens: t.cu_seqlens,
         slots: t.slots,
-        state: mem.output(out.state)?,
-        snapshots: match out.snapshots.as_deref_mut() {
-            Some(s) => mem.output(s)?,
+        state: exec.slice_mut("state", &mut out.state)?,
+        snapshots: match out.snapshots.as_mut() {
+            Some(s) => exec.slice_mut("snapshots", s)?,
             None => std::ptr::null_mut(),
         },
-        o: stage_output_view(&mut mem, &mut out.o)?.cast(),
-        error_word: mem.output(&mut word)?,
-        q_stride: inp.q.stride as i64,
-        k_stride: inp.k.stride as i64,
-        v_stride: inp.v.stride as i64,
+        o: o.cast(),
+        error_word: exec.word,
+        q_stride: t.q_stride,
+        k_stride: t.k_stride,
+        v_stride: t.v_stride,
         a_stride: t.a_stride,
         b_stride: t.b_stride,
-        o_stride: out.o.stride as i64,
+        o_stride,
         num_tokens: plan.num_tokens as i32,
         batch: plan.batch as i32,
         max_seqlen: plan.max_seqlen as i32,
@@ -131,11 +150,9 @@ fn run_kernel(
         reserved: 0,
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
-    crate::checks::params::recurrent(&params, backend)?;
-    let st = launch!(backend, rssm_recurrent, rssm_emu_recurrent, &params);
-    check_status("recurrent", backend, st)?;
-    mem.finish()?;
-    check_error_word("recurrent", word[0])
+    crate::checks::params::recurrent(&params, exec.backend)?;
+    let st = launch!(exec, rssm_recurrent, rssm_emu_recurrent, &params);
+    check_status("recurrent", exec.backend, st)
 }
 
 /// The default `scale`: `K^-0.5`.

@@ -9,35 +9,55 @@ use crate::backend::Backend;
 use crate::checks::{check_kernel_head_dim, check_slots};
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::memory::{Device, DeviceSlice, Host, Memory, SliceRef, Stream};
 use crate::reference;
-use crate::runtime::launch::{check_error_word, check_status, launch, Memory};
+use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::{check_ring_matches, check_spec_pool, RingShape, SpecRing};
 
 /// Track-slot snapshots of a fold: for request `b`, when `slots[b] >= 0` store the state after
 /// step `steps[b]` into slot `slots[b]` (of every layer).
 #[derive(Clone, Copy, Debug)]
-pub struct Track<'a> {
-    pub slots: &'a [i32],
-    pub steps: &'a [i32],
+pub struct Track<'a, M: Memory = Host> {
+    pub slots: M::Slice<'a, i32>,
+    pub steps: M::Slice<'a, i32>,
 }
 
 /// What a fold replays per request: a prefix of the window (chain) or an accepted root path of
-/// a draft tree, `[B, width]` window positions (-1 padded) with their lengths (validated).
+/// a draft tree, `[B, width]` window positions (-1 padded), with their lengths where the host
+/// validated them.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Commit<'a> {
-    Prefix(&'a [i32]),
+pub(crate) enum Commit<'a, M: Memory = Host> {
+    Prefix(M::Slice<'a, i32>),
     Path {
-        paths: &'a [i32],
+        paths: M::Slice<'a, i32>,
         width: usize,
-        lens: &'a [i32],
+        lens: Option<&'a [i32]>,
     },
+}
+
+impl<M: Memory> Commit<'_, M> {
+    /// Each row's replay length, where the host can read it.
+    pub(crate) fn host_lens(&self) -> Option<&[i32]> {
+        match self {
+            Commit::Prefix(lens) => lens.host(),
+            Commit::Path { lens, .. } => *lens,
+        }
+    }
+    /// Rows the commit describes.
+    pub(crate) fn rows(&self) -> usize {
+        match self {
+            Commit::Prefix(lens) => lens.len(),
+            Commit::Path { paths, width, .. } => paths.len() / (*width).max(1),
+        }
+    }
 }
 
 impl Commit<'_> {
     pub(crate) fn lens(&self) -> &[i32] {
         match self {
-            Commit::Prefix(lens) | Commit::Path { lens, .. } => lens,
+            Commit::Prefix(lens) => lens,
+            Commit::Path { lens, .. } => lens.unwrap_or(&[]),
         }
     }
     /// Ring position of step `t` of request `b`.
@@ -49,46 +69,85 @@ impl Commit<'_> {
     }
 }
 
-pub(crate) fn check_fold_args(
+/// The host checks of a fold or replay's per-row arrays: their lengths always, their contents
+/// (slot, length and track rules) where they are host memory.
+pub(crate) fn check_fold_args<M: Memory>(
     shape: &RingShape,
-    slots: &[i32],
-    lens: &[i32],
+    slots: &M::Slice<'_, i32>,
+    commit: &Commit<'_, M>,
     what: &'static str,
-    track: Option<&Track<'_>>,
+    track: Option<&Track<'_, M>>,
 ) -> Result<()> {
-    if slots.is_empty() || slots.len() > 65535 {
+    let b = slots.len();
+    if b == 0 || b > 65535 {
         return Err(Error::Shape {
             tensor: "slots",
             expected: "[B] with 1 <= B <= 65535".into(),
-            got: format!("[{}]", slots.len()),
+            got: format!("[{b}]"),
         });
     }
-    check_slots(slots, slots.len(), shape.slots)?;
-    if lens.len() != slots.len() {
+    if let Some(s) = slots.host() {
+        check_slots(s, b, shape.slots)?;
+    }
+    if commit.rows() != b {
         return Err(Error::Shape {
             tensor: what,
-            expected: format!("[{}] (one per request)", slots.len()),
-            got: format!("[{}]", lens.len()),
+            expected: format!("[{b}] (one per request)"),
+            got: format!("[{}]", commit.rows()),
         });
     }
-    crate::checks::indices::lengths(what, lens, slots, shape.window as i32)?;
+    let lens = commit.host_lens();
+    if let (Some(lens), Some(s)) = (lens, slots.host()) {
+        crate::checks::indices::lengths(what, lens, s, shape.window as i32)?;
+    }
     if let Some(t) = track {
         for (tensor, len) in [("track_slots", t.slots.len()), ("track_steps", t.steps.len())] {
-            if len != slots.len() {
+            if len != b {
                 return Err(Error::Shape {
                     tensor,
-                    expected: format!("[{}] (one per request)", slots.len()),
+                    expected: format!("[{b}] (one per request)"),
                     got: format!("[{len}]"),
                 });
             }
         }
-        crate::checks::indices::tracks(t.slots, t.steps, slots, lens, shape.slots as i32)?;
+        if let (Some(ts), Some(st), Some(s), Some(lens)) = (t.slots.host(), t.steps.host(), slots.host(), lens) {
+            crate::checks::indices::tracks(ts, st, s, lens, shape.slots as i32)?;
+        }
     }
     Ok(())
 }
 
-/// Kernel P: replays `counts[b]` ring records of layer `layer` into each live request's
-/// checkpoint, in place.
+/// The checks [`replay`] runs before anything is written (host memory, contents included).
+pub fn validate_replay(
+    backend: Backend,
+    pool: &CheckpointPool,
+    ring: &SpecRing,
+    layer: usize,
+    slots: &[i32],
+    counts: &[i32],
+) -> Result<()> {
+    check_replay(backend, pool, ring, layer, &slots, &counts)
+}
+
+/// The checks P runs before touching the pool (shared by both memories).
+fn check_replay<M: Memory>(
+    backend: Backend,
+    pool: &CheckpointPool<M>,
+    ring: &SpecRing<M>,
+    layer: usize,
+    slots: &M::Slice<'_, i32>,
+    counts: &M::Slice<'_, i32>,
+) -> Result<()> {
+    let s = ring.shape;
+    check_spec_pool(pool)?;
+    check_ring_matches(ring, pool)?;
+    pool.check_inputs(s.variant, &s.dims, layer)?;
+    check_kernel_head_dim(backend, s.dims.k)?;
+    check_fold_args(&s, slots, &Commit::<M>::Prefix(*counts), "counts", None)
+}
+
+/// Kernel P on host memory: replays `counts[b]` ring records of layer `layer` into each live
+/// request's checkpoint, in place. On device memory: [`Stream::replay`].
 pub fn replay(
     backend: Backend,
     pool: &mut CheckpointPool,
@@ -97,69 +156,83 @@ pub fn replay(
     slots: &[i32],
     counts: &[i32],
 ) -> Result<()> {
-    let s = ring.shape;
-    check_spec_pool(pool)?;
-    check_ring_matches(ring, pool)?;
-    pool.check_inputs(s.variant, &s.dims, layer)?;
-    check_kernel_head_dim(backend, s.dims.k)?;
-    check_fold_args(&s, slots, counts, "counts", None)?;
-    let state = pool.state_mut();
+    check_replay(backend, pool, ring, layer, &slots, &counts)?;
     match backend {
         Backend::Reference => {
-            replay_reference(state, ring, layer, slots, Commit::Prefix(counts), None);
+            replay_reference(pool.state_mut(), ring, layer, slots, Commit::Prefix(counts), None);
             Ok(())
         }
-        Backend::Emulated | Backend::Cuda => {
-            let mut mem = Memory::for_backend(backend)?;
-            let mut word = [0u32];
-            let d = s.dims;
-            let r = stage_ring(&mut mem, ring)?;
-            let params = ffi::rssm_replay_params {
-                state: mem.output(state)?,
-                ring_v: r.0,
-                ring_k: r.1,
-                ring_g: r.2,
-                ring_beta: r.3,
-                slots: mem.input(slots)?,
-                counts: mem.input(counts)?,
-                error_word: mem.output(&mut word)?,
-                batch: slots.len() as i32,
-                num_slots: s.slots as i32,
-                num_layers: s.layers as i32,
-                layer: layer as i32,
-                window: s.window as i32,
-                H: d.h as i32,
-                HV: d.hv as i32,
-                K: d.k as i32,
-                V: d.v as i32,
-                dtype: s.dtype.to_ffi(),
-                variant: s.variant.to_ffi(),
-                qk_l2norm: ring_l2norm(ring),
-            };
-            // The checks the C ABI runs on the same params (one source: `checks::params`).
-            crate::checks::params::replay(&params, backend)?;
-            let st = launch!(backend, rssm_replay, rssm_emu_replay, &params);
-            check_status("replay", backend, st)?;
-            mem.finish()?;
-            check_error_word("replay", word[0])
-        }
+        Backend::Emulated | Backend::Cuda => on_host(backend, "replay", |exec| {
+            replay_kernel(exec, pool, ring, layer, &slots, &counts)
+        }),
     }
+}
+
+impl Stream {
+    /// Kernel P on device memory, enqueued on this stream (no allocation, copy or
+    /// synchronisation; bad device-side rows flag the stream's error word).
+    pub fn replay(
+        &self,
+        pool: &mut CheckpointPool<Device>,
+        ring: &SpecRing<Device>,
+        layer: usize,
+        slots: DeviceSlice<'_, i32>,
+        counts: DeviceSlice<'_, i32>,
+    ) -> Result<()> {
+        check_replay(self.backend(), pool, ring, layer, &slots, &counts)?;
+        replay_kernel(&Exec::on(self), pool, ring, layer, &slots, &counts)
+    }
+}
+
+fn replay_kernel<M: Memory>(
+    exec: &Exec,
+    pool: &mut CheckpointPool<M>,
+    ring: &SpecRing<M>,
+    layer: usize,
+    slots: &M::Slice<'_, i32>,
+    counts: &M::Slice<'_, i32>,
+) -> Result<()> {
+    let s = ring.shape;
+    let d = s.dims;
+    let r = ring_ptrs(exec, ring)?;
+    let params = ffi::rssm_replay_params {
+        state: exec.store_mut("pool", pool.storage_mut())?,
+        ring_v: r.0,
+        ring_k: r.1,
+        ring_g: r.2,
+        ring_beta: r.3,
+        slots: exec.slice("slots", slots)?,
+        counts: exec.slice("counts", counts)?,
+        error_word: exec.word,
+        batch: slots.len() as i32,
+        num_slots: s.slots as i32,
+        num_layers: s.layers as i32,
+        layer: layer as i32,
+        window: s.window as i32,
+        H: d.h as i32,
+        HV: d.hv as i32,
+        K: d.k as i32,
+        V: d.v as i32,
+        dtype: s.dtype.to_ffi(),
+        variant: s.variant.to_ffi(),
+        qk_l2norm: ring.l2norm as i32,
+    };
+    // The checks the C ABI runs on the same params (one source: `checks::params`).
+    crate::checks::params::replay(&params, exec.backend)?;
+    let st = launch!(exec, rssm_replay, rssm_emu_replay, &params);
+    check_status("replay", exec.backend, st)
 }
 
 type RingPtrs = (*const std::ffi::c_void, *const std::ffi::c_void, *const f32, *const f32);
 
-/// Stages a ring for reading (F and P): raw v, raw k, g, beta.
-pub(crate) fn stage_ring(mem: &mut Memory, ring: &SpecRing) -> Result<RingPtrs> {
+/// A ring's pointers for reading (F and P): raw v, raw k, g, beta.
+pub(crate) fn ring_ptrs<M: Memory>(exec: &Exec, ring: &SpecRing<M>) -> Result<RingPtrs> {
     Ok((
-        mem.input(ring.v.as_bytes())?.cast(),
-        mem.input(ring.k.as_bytes())?.cast(),
-        mem.input(&ring.g)?,
-        mem.input(&ring.beta)?,
+        exec.act("ring.v", &ring.v)?,
+        exec.act("ring.k", &ring.k)?,
+        exec.store("ring.g", &ring.g)?,
+        exec.store("ring.beta", &ring.beta)?,
     ))
-}
-
-pub(crate) fn ring_l2norm(ring: &SpecRing) -> i32 {
-    ring.l2norm as i32
 }
 
 /// The Reference replay of one layer (and its track snapshots): kernel R's reference update

@@ -16,11 +16,13 @@
 use crate::backend::Backend;
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
-use crate::kernels::fold::fold_commit;
+use crate::kernels::fold::{check_fold, fold_commit, fold_kernel};
 use crate::kernels::replay::{Commit, Track};
 use crate::kernels::verify::{validate_verify, verify_kernel, write_ring_reference, VerifyPlan};
 use crate::limits::MAX_TREE_NODES;
+use crate::memory::{Device, DeviceActViewMut, DeviceSlice, Stream};
 use crate::reference;
+use crate::runtime::launch::{on_host, Exec};
 use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::SpecRing;
 use crate::tokens::RecurrentInputs;
@@ -282,23 +284,28 @@ pub fn verify_tree(
                 write_ring_reference(inp, layer, r);
             }
         }
-        Backend::Emulated | Backend::Cuda => {
-            verify_kernel(backend, inp, Some(tree.parent()), pool, layer, &plan, o, ring)?
-        }
+        Backend::Emulated | Backend::Cuda => on_host(backend, "verify", |exec| {
+            verify_kernel(exec, inp, Some(tree.parent()), pool, layer, &plan, o, ring)
+        })?,
     }
     Ok(plan)
 }
 
-/// Kernel FT: replays each live request's accepted path (window positions, in order) of the ring
-/// into its checkpoint, in every layer, in one launch; `track` steps count path steps.
-pub fn fold_tree(
+/// The checks [`fold_tree`] runs before anything is written.
+pub fn validate_fold_tree(
     backend: Backend,
-    pool: &mut CheckpointPool,
+    pool: &CheckpointPool,
     ring: &SpecRing,
     slots: &[i32],
     accepted: &AcceptedPaths,
     track: Option<Track<'_>>,
 ) -> Result<()> {
+    let commit = check_paths(ring, slots, accepted)?;
+    check_fold(backend, pool, ring, &slots, &commit, track.as_ref())
+}
+
+/// The accepted paths against the ring and the batch, as the commit kernel F reads them.
+fn check_paths<'a>(ring: &SpecRing, slots: &[i32], accepted: &'a AcceptedPaths) -> Result<Commit<'a>> {
     if accepted.lens.len() != slots.len() {
         return Err(Error::Shape {
             tensor: "accept_path",
@@ -319,10 +326,89 @@ pub fn fold_tree(
             why: format!("position {pos} is outside the ring window W = {window}"),
         });
     }
-    let commit = Commit::Path {
-        paths: &accepted.paths,
+    Ok(Commit::Path {
+        paths: accepted.paths.as_slice(),
         width: accepted.width,
-        lens: &accepted.lens,
-    };
+        lens: Some(&accepted.lens),
+    })
+}
+
+/// Kernel FT on host memory: replays each live request's accepted path (window positions, in
+/// order) of the ring into its checkpoint, in every layer, in one launch; `track` steps count
+/// path steps. On device memory: [`Stream::fold_tree`].
+pub fn fold_tree(
+    backend: Backend,
+    pool: &mut CheckpointPool,
+    ring: &SpecRing,
+    slots: &[i32],
+    accepted: &AcceptedPaths,
+    track: Option<Track<'_>>,
+) -> Result<()> {
+    let commit = check_paths(ring, slots, accepted)?;
     fold_commit(backend, pool, ring, slots, commit, track)
+}
+
+impl Stream {
+    /// Kernel VT on device memory, enqueued on this stream: `parent [N]` gives each token's
+    /// parent window position (-1: child of the checkpoint; the kernel skips and flags a request
+    /// whose parents do not precede their children).
+    pub fn verify_tree(
+        &self,
+        inp: &RecurrentInputs<'_, Device>,
+        parent: DeviceSlice<'_, i32>,
+        pool: &CheckpointPool<Device>,
+        layer: usize,
+        o: &mut DeviceActViewMut<'_>,
+        ring: Option<&mut SpecRing<Device>>,
+    ) -> Result<VerifyPlan> {
+        let plan = validate_verify(self.backend(), inp, pool, layer, o, ring.as_deref())?;
+        if parent.len() != plan.num_tokens {
+            return Err(Error::Shape {
+                tensor: "parent",
+                expected: format!("[{}] (one per token)", plan.num_tokens),
+                got: format!("[{}]", parent.len()),
+            });
+        }
+        if plan.max_seqlen > MAX_TREE_NODES {
+            return Err(tree_error(format!(
+                "max_seqlen = {}: the tree kernels take at most {MAX_TREE_NODES} nodes per request",
+                plan.max_seqlen
+            )));
+        }
+        verify_kernel(&Exec::on(self), inp, Some(parent), pool, layer, &plan, o, ring)?;
+        Ok(plan)
+    }
+
+    /// Kernel FT on device memory, enqueued on this stream: `paths [B, width]` lists each row's
+    /// accepted window positions from the root, -1 padded (the kernel skips and flags a row
+    /// that is not an increasing path inside the window).
+    pub fn fold_tree(
+        &self,
+        pool: &mut CheckpointPool<Device>,
+        ring: &SpecRing<Device>,
+        slots: DeviceSlice<'_, i32>,
+        paths: DeviceSlice<'_, i32>,
+        width: usize,
+        track: Option<Track<'_, Device>>,
+    ) -> Result<()> {
+        let window = ring.shape.window;
+        if width == 0 || width > MAX_TREE_NODES.min(window) || paths.len() != slots.len() * width {
+            return Err(Error::Shape {
+                tensor: "accept_paths",
+                expected: format!(
+                    "[B={}, P] with 1 <= P <= {} (the tree limit and the ring window)",
+                    slots.len(),
+                    MAX_TREE_NODES.min(window)
+                ),
+                got: format!("{} elements with P = {width}", paths.len()),
+            });
+        }
+        let commit = Commit::Path {
+            paths,
+            width,
+            lens: None,
+        };
+        check_fold(self.backend(), pool, ring, &slots, &commit, track.as_ref())?;
+        fold_kernel(&Exec::on(self), pool, ring, &slots, commit, track)
+    }
 }

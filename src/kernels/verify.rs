@@ -1,23 +1,24 @@
 //! Kernel V, chunked linear-chain verify with the spec-ring write (SPEC §4 V): every draft
 //! position's output from the checkpoint (never written) under the strictly-lower causal window
 //! mask, and the window's raw records, after the checks of SPEC §5 S1. Its tree mode VT:
-//! [`crate::kernels::tree`].
+//! [`crate::kernels::tree`]. Host memory: [`verify`]; device memory, on the caller's stream:
+//! [`Stream::verify`].
 //!
 //! Device code: `csrc/include/replayssm/device/verify.cuh`; launcher `csrc/kernels/verify.cu`;
 //! reference: the f32/f64 recurrence from the checkpoint ([`crate::reference`]); tests:
 //! `tests/verify.rs`.
 
 use crate::backend::Backend;
-use crate::checks::check_slots;
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::limits::MAX_VERIFY_WINDOW;
+use crate::memory::{ActLayout, Device, DeviceActViewMut, Memory, Stream};
 use crate::reference;
-use crate::runtime::launch::{check_error_word, check_status, launch, Memory};
+use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::{check_ring_matches, check_spec_pool, SpecRing};
-use crate::tokens::{stage_output_view, stage_tokens, validate_tokens, RecurrentInputs};
+use crate::tokens::{check_token_slots, output_ptr, token_ptrs, validate_tokens, RecurrentInputs};
 
 /// What a verify produced, as validation derived it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,14 +28,15 @@ pub struct VerifyPlan {
     pub max_seqlen: usize,
 }
 
-/// Checks a verify launch (tokens, pool, ring, window limits, slots).
-pub fn validate_verify(
+/// Checks a verify launch (tokens, pool, ring, window limits, slots), on host or device
+/// memory (device index arrays are the kernel's to check: the stream's error word).
+pub fn validate_verify<M: Memory>(
     backend: Backend,
-    inp: &RecurrentInputs<'_>,
-    pool: &CheckpointPool,
+    inp: &RecurrentInputs<'_, M>,
+    pool: &CheckpointPool<M>,
     layer: usize,
-    o: &ActViewMut<'_>,
-    ring: Option<&SpecRing>,
+    o: &impl ActLayout,
+    ring: Option<&SpecRing<M>>,
 ) -> Result<VerifyPlan> {
     let (n, batch, max_seqlen) = validate_tokens(backend, inp, o)?;
     check_spec_pool(pool)?;
@@ -75,7 +77,7 @@ pub fn validate_verify(
             });
         }
     }
-    check_slots(inp.slots, batch, pool.shape().slots)?;
+    check_token_slots(&inp.slots, batch, pool.shape().slots)?;
     Ok(VerifyPlan {
         num_tokens: n,
         batch,
@@ -83,8 +85,9 @@ pub fn validate_verify(
     })
 }
 
-/// Kernel V: every draft position's output from the checkpoint (never written) and, with a
-/// ring, the window's raw records at positions `0..T` of each live slot.
+/// Kernel V on host memory (Reference or Emulated): every draft position's output from the
+/// checkpoint (never written) and, with a ring, the window's raw records at positions `0..T`
+/// of each live slot. On device memory: [`Stream::verify`].
 pub fn verify(
     backend: Backend,
     inp: &RecurrentInputs<'_>,
@@ -96,35 +99,54 @@ pub fn verify(
     let plan = validate_verify(backend, inp, pool, layer, o, ring.as_deref())?;
     match backend {
         Backend::Reference => verify_reference(inp, pool, layer, o, ring.as_deref_mut()),
-        Backend::Emulated | Backend::Cuda => verify_kernel(backend, inp, None, pool, layer, &plan, o, ring)?,
+        Backend::Emulated | Backend::Cuda => on_host(backend, "verify", |exec| {
+            verify_kernel(exec, inp, None, pool, layer, &plan, o, ring)
+        })?,
     }
     Ok(plan)
 }
 
-/// Launches kernel V; `parent` (per token, validated by the caller) selects the tree mask.
+impl Stream {
+    /// Kernel V on device memory, enqueued on this stream: no allocation, copy or
+    /// synchronisation; rows with bad device-side indices are skipped and flagged in the
+    /// stream's error word ([`Stream::check_errors`]).
+    pub fn verify(
+        &self,
+        inp: &RecurrentInputs<'_, Device>,
+        pool: &CheckpointPool<Device>,
+        layer: usize,
+        o: &mut DeviceActViewMut<'_>,
+        ring: Option<&mut SpecRing<Device>>,
+    ) -> Result<VerifyPlan> {
+        let plan = validate_verify(self.backend(), inp, pool, layer, o, ring.as_deref())?;
+        verify_kernel(&Exec::on(self), inp, None, pool, layer, &plan, o, ring)?;
+        Ok(plan)
+    }
+}
+
+/// Launches kernel V; `parent` (per token, validated by the caller where it can be read)
+/// selects the tree mask.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn verify_kernel(
-    backend: Backend,
-    inp: &RecurrentInputs<'_>,
-    parent: Option<&[i32]>,
-    pool: &CheckpointPool,
+pub(crate) fn verify_kernel<M: Memory>(
+    exec: &Exec,
+    inp: &RecurrentInputs<'_, M>,
+    parent: Option<M::Slice<'_, i32>>,
+    pool: &CheckpointPool<M>,
     layer: usize,
     plan: &VerifyPlan,
-    o: &mut ActViewMut<'_>,
-    ring: Option<&mut SpecRing>,
+    o: &mut M::ViewMut<'_>,
+    ring: Option<&mut SpecRing<M>>,
 ) -> Result<()> {
     let d = inp.dims;
     let s = pool.shape();
     let window = ring.as_ref().map_or(1, |r| r.shape.window);
-    let mut mem = Memory::for_backend(backend)?;
-    let mut word = [0u32];
-    let t = stage_tokens(&mut mem, inp)?;
+    let t = token_ptrs(exec, inp)?;
     let (ring_v, ring_k, ring_g, ring_beta) = match ring {
         Some(r) => (
-            mem.output(r.v.as_bytes_mut())?.cast(),
-            mem.output(r.k.as_bytes_mut())?.cast(),
-            mem.output(&mut r.g)?,
-            mem.output(&mut r.beta)?,
+            exec.act_mut("ring.v", &mut r.v)?,
+            exec.act_mut("ring.k", &mut r.k)?,
+            exec.store_mut("ring.g", &mut r.g)?,
+            exec.store_mut("ring.beta", &mut r.beta)?,
         ),
         None => (
             std::ptr::null_mut(),
@@ -133,6 +155,7 @@ pub(crate) fn verify_kernel(
             std::ptr::null_mut(),
         ),
     };
+    let (o_ptr, o_stride) = output_ptr(exec, o)?;
     let params = ffi::rssm_verify_params {
         q: t.q.cast(),
         k: t.k.cast(),
@@ -144,24 +167,24 @@ pub(crate) fn verify_kernel(
         g: t.g,
         beta: t.beta,
         cu_seqlens: t.cu_seqlens,
-        parent: match parent {
-            Some(p) => mem.input(p)?,
+        parent: match &parent {
+            Some(p) => exec.slice("parent", p)?,
             None => std::ptr::null(),
         },
         slots: t.slots,
-        state: mem.input(pool.state())?,
-        o: stage_output_view(&mut mem, o)?.cast(),
+        state: exec.store("pool", pool.storage())?,
+        o: o_ptr.cast(),
         ring_v,
         ring_k,
         ring_g,
         ring_beta,
-        error_word: mem.output(&mut word)?,
-        q_stride: inp.q.stride as i64,
-        k_stride: inp.k.stride as i64,
-        v_stride: inp.v.stride as i64,
+        error_word: exec.word,
+        q_stride: t.q_stride,
+        k_stride: t.k_stride,
+        v_stride: t.v_stride,
         a_stride: t.a_stride,
         b_stride: t.b_stride,
-        o_stride: o.stride as i64,
+        o_stride,
         num_tokens: plan.num_tokens as i32,
         batch: plan.batch as i32,
         max_seqlen: plan.max_seqlen as i32,
@@ -180,11 +203,9 @@ pub(crate) fn verify_kernel(
         reserved: 0,
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
-    crate::checks::params::verify(&params, backend)?;
-    let st = launch!(backend, rssm_verify, rssm_emu_verify, &params);
-    check_status("verify", backend, st)?;
-    mem.finish()?;
-    check_error_word("verify", word[0])
+    crate::checks::params::verify(&params, exec.backend)?;
+    let st = launch!(exec, rssm_verify, rssm_emu_verify, &params);
+    check_status("verify", exec.backend, st)
 }
 
 /// The Reference verify: the f32 recurrence from the checkpoint (outputs), raw ring records.

@@ -1,7 +1,6 @@
 //! Minimal CUDA runtime access through the crate's own C wrappers (csrc/kernels/cuda_runtime.cu):
 //! device discovery and RAII device buffers for the Cuda backend. No bindings crate needed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::backend::Backend;
@@ -26,29 +25,6 @@ impl Backend {
         } else {
             Backend::Emulated
         }
-    }
-}
-
-/// What the library's CUDA runtime layer has done since the process started: device
-/// allocations and host<->device copies (every one goes through [`DeviceBuffer`]). A serving step
-/// must change none of them (`tests/zero_copy.rs`); the bench harness's own buffers are outside.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TransferCounters {
-    pub device_allocations: u64,
-    pub host_to_device: u64,
-    pub device_to_host: u64,
-}
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-static HOST_TO_DEVICE: AtomicU64 = AtomicU64::new(0);
-static DEVICE_TO_HOST: AtomicU64 = AtomicU64::new(0);
-
-/// The counters now (all zero where CUDA is not compiled in: nothing can copy).
-pub fn counters() -> TransferCounters {
-    TransferCounters {
-        device_allocations: ALLOCATIONS.load(Ordering::Relaxed),
-        host_to_device: HOST_TO_DEVICE.load(Ordering::Relaxed),
-        device_to_host: DEVICE_TO_HOST.load(Ordering::Relaxed),
     }
 }
 
@@ -140,17 +116,25 @@ pub fn check(call: &'static str, code: i32) -> Result<()> {
     }
 }
 
-/// A device allocation of `bytes` bytes, freed on drop.
+/// A device allocation of `bytes` bytes, freed on drop: the storage of
+/// [`crate::memory::DeviceVec`] (which counts its allocations and transfers) and of the bench's
+/// buffers.
 #[cfg(replayssm_cuda)]
 pub struct DeviceBuffer {
     ptr: *mut std::ffi::c_void,
     bytes: usize,
 }
 
+// SAFETY: a device address is valid from any host thread; the buffer owns it alone.
+#[cfg(replayssm_cuda)]
+unsafe impl Send for DeviceBuffer {}
+// SAFETY: `&DeviceBuffer` only exposes the address and blocking copies out of it.
+#[cfg(replayssm_cuda)]
+unsafe impl Sync for DeviceBuffer {}
+
 #[cfg(replayssm_cuda)]
 impl DeviceBuffer {
     pub fn new(bytes: usize) -> Result<Self> {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         let mut ptr = std::ptr::null_mut();
         // SAFETY: out-parameter; a zero-byte request still yields a valid (null or unique) pointer.
         check("cudaMalloc", unsafe {
@@ -159,19 +143,18 @@ impl DeviceBuffer {
         Ok(Self { ptr, bytes })
     }
 
-    pub fn from_bytes(src: &[u8]) -> Result<Self> {
-        let b = Self::new(src.len())?;
-        HOST_TO_DEVICE.fetch_add(1, Ordering::Relaxed);
+    /// A blocking copy of `src` into the start of the buffer.
+    pub fn copy_from(&mut self, src: &[u8]) -> Result<()> {
+        assert!(src.len() <= self.bytes);
         // SAFETY: the allocation holds at least src.len() bytes.
         check("cudaMemcpy", unsafe {
-            crate::ffi::rssm_cuda_memcpy_htod(b.ptr, src.as_ptr().cast(), src.len() as u64)
-        })?;
-        Ok(b)
+            crate::ffi::rssm_cuda_memcpy_htod(self.ptr, src.as_ptr().cast(), src.len() as u64)
+        })
     }
 
+    /// A blocking copy of the start of the buffer into `dst`.
     pub fn copy_to(&self, dst: &mut [u8]) -> Result<()> {
         assert!(dst.len() <= self.bytes);
-        DEVICE_TO_HOST.fetch_add(1, Ordering::Relaxed);
         // SAFETY: dst holds dst.len() <= self.bytes bytes.
         check("cudaMemcpy", unsafe {
             crate::ffi::rssm_cuda_memcpy_dtoh(dst.as_mut_ptr().cast(), self.ptr, dst.len() as u64)
@@ -195,9 +178,4 @@ impl Drop for DeviceBuffer {
 pub fn synchronize() -> Result<()> {
     // SAFETY: no arguments.
     check("cudaDeviceSynchronize", unsafe { crate::ffi::rssm_cuda_synchronize() })
-}
-
-/// Counts a device-to-host copy made outside [`DeviceBuffer`] (the C ABI's error-word read).
-pub(crate) fn count_device_to_host() {
-    DEVICE_TO_HOST.fetch_add(1, Ordering::Relaxed);
 }

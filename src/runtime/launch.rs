@@ -1,94 +1,96 @@
-//! Where a launch's buffers live: host memory for the emulator (pointers are the slices
-//! themselves), device memory for CUDA (inputs uploaded, outputs uploaded too so untouched
-//! elements keep their values, then copied back after the launch). Every wrapper builds its
-//! params once through [`Memory`] and runs on either backend.
+//! The launch plumbing every kernel wrapper shares: where a launch runs ([`Exec`]: backend,
+//! stream, device error word), the pointers of its buffers (each checked to be memory that
+//! backend computes on: no staging, no copy), its status and its error word.
+
+use std::ffi::c_void;
 
 use crate::backend::Backend;
-use crate::dtype::Pod;
-#[cfg(replayssm_cuda)]
-use crate::dtype::{bytes_of, bytes_of_mut};
 use crate::error::{Error, Result, Status};
 use crate::ffi;
+use crate::memory::{ActLayout, ActLayoutMut, ActStorage, Location, SliceMutRef, SliceRef, Storage, Stream};
 
-pub(crate) enum Memory {
-    Host,
-    #[cfg(replayssm_cuda)]
-    Device {
-        buffers: Vec<crate::runtime::cuda::DeviceBuffer>,
-        /// (index into buffers, host destination, bytes) of every output.
-        outputs: Vec<(usize, *mut u8, usize)>,
-    },
+/// Where one launch runs: the backend, the stream it is enqueued on, the error word it reports
+/// into.
+pub(crate) struct Exec {
+    pub backend: Backend,
+    pub stream: *mut c_void,
+    pub word: *mut u32,
 }
 
-impl Memory {
-    /// Memory for a kernel backend (not `Reference`).
-    pub fn for_backend(backend: Backend) -> Result<Memory> {
-        match backend {
-            Backend::Emulated => Ok(Memory::Host),
-            Backend::Cuda => {
-                crate::runtime::cuda::device().map_err(|reason| Error::BackendUnavailable {
-                    backend: Backend::Cuda,
-                    reason,
-                })?;
-                #[cfg(replayssm_cuda)]
-                return Ok(Memory::Device {
-                    buffers: vec![],
-                    outputs: vec![],
-                });
-                #[cfg(not(replayssm_cuda))]
-                unreachable!("device() fails without the CUDA backend")
-            }
-            Backend::Reference => unreachable!("the reference backend launches no kernel"),
+impl Exec {
+    /// A launch on host memory (the emulator; the Cuda backend refuses host memory tensor by
+    /// tensor), its error word `word` read by the caller after the launch.
+    pub fn host(backend: Backend, word: &mut u32) -> Exec {
+        Exec {
+            backend,
+            stream: std::ptr::null_mut(),
+            word,
         }
     }
 
-    /// A pointer to `s` (read only) where the kernel can read it.
-    pub fn input<T: Pod>(&mut self, s: &[T]) -> Result<*const T> {
-        match self {
-            Memory::Host => Ok(s.as_ptr()),
-            #[cfg(replayssm_cuda)]
-            Memory::Device { buffers, .. } => {
-                let b = crate::runtime::cuda::DeviceBuffer::from_bytes(bytes_of(s))?;
-                let p = b.ptr() as *const T;
-                buffers.push(b);
-                Ok(p)
-            }
+    /// A launch on device memory, on the caller's stream, reporting into the stream's word.
+    pub fn on(stream: &Stream) -> Exec {
+        Exec {
+            backend: stream.backend(),
+            stream: stream.as_raw(),
+            word: stream.error_word(),
         }
     }
 
-    /// A pointer to `s` where the kernel can write it; `s` holds the result after `finish`.
-    /// `s` must stay alive and unaliased until then (the wrappers hold the borrow throughout).
-    pub fn output<T: Pod>(&mut self, s: &mut [T]) -> Result<*mut T> {
-        match self {
-            Memory::Host => Ok(s.as_mut_ptr()),
-            #[cfg(replayssm_cuda)]
-            Memory::Device { buffers, outputs } => {
-                let bytes = bytes_of_mut(s);
-                let b = crate::runtime::cuda::DeviceBuffer::from_bytes(bytes)?;
-                let p = b.ptr() as *mut T;
-                outputs.push((buffers.len(), bytes.as_mut_ptr(), bytes.len()));
-                buffers.push(b);
-                Ok(p)
-            }
-        }
+    fn reach(&self, name: &'static str, loc: Location) -> Result<()> {
+        loc.check_reachable(name, self.backend)
     }
 
-    /// Waits for the launch and copies every output back.
-    pub fn finish(self) -> Result<()> {
-        match self {
-            Memory::Host => Ok(()),
-            #[cfg(replayssm_cuda)]
-            Memory::Device { buffers, outputs } => {
-                crate::runtime::cuda::synchronize()?;
-                for (i, host, len) in outputs {
-                    // SAFETY: `host` came from a live `&mut [T]` of `len` bytes (see `output`).
-                    let dst = unsafe { std::slice::from_raw_parts_mut(host, len) };
-                    buffers[i].copy_to(dst)?;
-                }
-                Ok(())
-            }
-        }
+    /// Element `offset` of a read-only view.
+    pub fn view(&self, name: &'static str, v: &impl ActLayout) -> Result<*const u8> {
+        self.reach(name, v.location())?;
+        Ok(elem_ptr(v.base(), v.layout().0, v.dtype().size()))
     }
+
+    /// Element `offset` of an output view.
+    pub fn view_mut(&self, name: &'static str, v: &mut impl ActLayoutMut) -> Result<*mut u8> {
+        self.reach(name, v.location())?;
+        let (offset, size) = (v.layout().0, v.dtype().size());
+        Ok(v.base_mut().wrapping_add(offset * size))
+    }
+
+    pub fn slice<T>(&self, name: &'static str, s: &impl SliceRef<T>) -> Result<*const T> {
+        self.reach(name, s.location())?;
+        Ok(s.ptr())
+    }
+
+    pub fn slice_mut<T>(&self, name: &'static str, s: &mut impl SliceMutRef<T>) -> Result<*mut T> {
+        self.reach(name, s.location())?;
+        Ok(s.ptr_mut())
+    }
+
+    pub fn store<T: crate::dtype::Pod>(&self, name: &'static str, s: &impl Storage<T>) -> Result<*const T> {
+        self.reach(name, s.location())?;
+        Ok(s.ptr())
+    }
+
+    pub fn store_mut<T: crate::dtype::Pod>(&self, name: &'static str, s: &mut impl Storage<T>) -> Result<*mut T> {
+        self.reach(name, s.location())?;
+        Ok(s.ptr_mut())
+    }
+
+    pub fn act(&self, name: &'static str, a: &impl ActStorage) -> Result<*const c_void> {
+        self.reach(name, a.location())?;
+        Ok(a.ptr().cast())
+    }
+
+    pub fn act_mut(&self, name: &'static str, a: &mut impl ActStorage) -> Result<*mut c_void> {
+        self.reach(name, a.location())?;
+        Ok(a.ptr_mut().cast())
+    }
+}
+
+/// Runs `launch` on host memory with a local error word and checks the word afterwards (the
+/// emulator has finished when the launcher returns).
+pub(crate) fn on_host(backend: Backend, kernel: &'static str, launch: impl FnOnce(&Exec) -> Result<()>) -> Result<()> {
+    let mut word = 0u32;
+    launch(&Exec::host(backend, &mut word))?;
+    check_error_word(kernel, word)
 }
 
 /// Turns a launcher's status into a typed error with the backend's own message.
@@ -116,17 +118,18 @@ pub(crate) fn check_status(kernel: &'static str, backend: Backend, raw: ffi::rss
     })
 }
 
-/// Calls the launcher of `backend`: `$cuda` or `$emu`, with the params and a null stream.
+/// Calls the launcher of the launch's backend, `$cuda` or `$emu`, with the params on its stream.
 macro_rules! launch {
-    ($backend:expr, $cuda:ident, $emu:ident, $params:expr) => {{
-        let p = $params;
-        match $backend {
-            // SAFETY: every pointer in the params covers the extent the wrapper validated.
-            $crate::backend::Backend::Emulated => unsafe { $crate::ffi::$emu(p, std::ptr::null_mut()) },
+    ($exec:expr, $cuda:ident, $emu:ident, $params:expr) => {{
+        let (p, e) = ($params, $exec);
+        match e.backend {
+            // SAFETY: every pointer in the params covers the extent the wrapper validated, in
+            // memory the backend computes on (`Exec` checked each one's location).
+            $crate::backend::Backend::Emulated => unsafe { $crate::ffi::$emu(p, e.stream) },
             #[cfg(replayssm_cuda)]
-            // SAFETY: as above, in device memory; null stream = the legacy default stream.
-            $crate::backend::Backend::Cuda => unsafe { $crate::ffi::$cuda(p, std::ptr::null_mut()) },
-            _ => unreachable!("no kernel launcher for this backend"),
+            // SAFETY: as above, in device memory, on the caller's stream.
+            $crate::backend::Backend::Cuda => unsafe { $crate::ffi::$cuda(p, e.stream) },
+            _ => $crate::ffi::rssm_status_RSSM_ERR_UNSUPPORTED,
         }
     }};
 }

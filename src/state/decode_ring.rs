@@ -9,6 +9,7 @@ use crate::checks::check_slots;
 use crate::config::{GateError, Mode, PoolRole};
 use crate::error::{Error, Result};
 use crate::limits::MAX_CACHE_LEN;
+use crate::memory::{Device, DeviceVec, Host, Location, Memory, Storage, Stream};
 use crate::state::pool::{CheckpointPool, PoolShape};
 
 /// When a step must flush a row's checkpoint besides the periodic flush at `m == L - 1`.
@@ -62,44 +63,59 @@ impl DecodeStep {
     pub fn batch(&self) -> usize {
         self.slots.len()
     }
+    /// Each row's force-flush flag (0 or 1).
+    pub fn force_flush(&self) -> &[i32] {
+        &self.force_flush
+    }
 }
 
 /// The buffered-decode ring of a pool: `d [NL, NS, HV, L, V]`, `k [NL, NS, H, L, K]`,
-/// `g [NL, NS, HV, L]` (KDA `[.., K]`), all f32, and one cursor per slot.
+/// `g [NL, NS, HV, L]` (KDA `[.., K]`), all f32, and one cursor per slot, in the pool's memory.
+/// On the host the cursor protocol is [`DecodeRing::begin_step`] / [`DecodeRing::finish_step`];
+/// on the device the cursors stay there and the stream's `decode_snapshot` / `decode_advance`
+/// move them (a captured graph replays the whole step with no host round trip).
 #[derive(Debug)]
-pub struct DecodeRing {
+pub struct DecodeRing<M: Memory = Host> {
     pub(crate) shape: PoolShape,
     pub(crate) cache_len: usize,
-    pub(crate) d: Vec<f32>,
-    pub(crate) k: Vec<f32>,
-    pub(crate) g: Vec<f32>,
-    pub(crate) write_pos: Vec<i32>,
+    pub(crate) d: M::Vec<f32>,
+    pub(crate) k: M::Vec<f32>,
+    pub(crate) g: M::Vec<f32>,
+    /// One cursor per slot: pending records `m`.
+    pub(crate) write_pos: M::Vec<i32>,
     /// Bumped on every cursor change, so a step taken before it cannot be used after.
     pub(crate) generation: u64,
     pub(crate) pool: u64,
     pub(crate) id: u64,
 }
 
-/// `records x per_record` NaNs, allocated fallibly: the ring is sized by slots x cache length,
-/// which callers (case files) control, so a failed allocation must be an error, not an abort.
-fn nan_buffer(buffer: &'static str, records: usize, per_record: usize) -> Result<Vec<f32>> {
-    let too_big = |len: Option<usize>| Error::Alloc {
+/// `records x per_record` elements, allocated fallibly where `location` says: the ring is sized
+/// by slots x cache length, which callers (case files) control, so a failed allocation must be
+/// an error, not an abort.
+fn ring_buffer<T: crate::dtype::Pod + std::fmt::Debug + Send + Sync, S: Storage<T>>(
+    location: Location,
+    buffer: &'static str,
+    records: usize,
+    per_record: usize,
+    poison: bool,
+) -> Result<S> {
+    let len = records.checked_mul(per_record).ok_or(Error::Alloc {
         buffer,
-        bytes: len.map_or(u64::MAX, |l| (l as u64).saturating_mul(4)),
-    };
-    let len = records.checked_mul(per_record).ok_or_else(|| too_big(None))?;
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| too_big(Some(len)))?;
-    v.resize(len, f32::NAN);
-    Ok(v)
+        bytes: u64::MAX,
+    })?;
+    S::alloc(location, len, poison).map_err(|e| match e {
+        Error::Alloc { bytes, .. } => Error::Alloc { buffer, bytes },
+        e => e,
+    })
 }
 
 static NEXT_RING_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-impl DecodeRing {
-    /// Attaches a buffered-decode ring to `pool`. Refused (SPEC §5 P1) when the pool is a
-    /// disaggregated prefill or decode pool, or was not resolved with buffered decode.
-    pub fn attach(pool: &CheckpointPool) -> Result<Self> {
+impl<M: Memory> DecodeRing<M> {
+    /// Attaches a buffered-decode ring to `pool`, in the pool's memory. Refused (SPEC §5 P1)
+    /// when the pool is a disaggregated prefill or decode pool, or was not resolved with
+    /// buffered decode.
+    pub fn attach(pool: &CheckpointPool<M>) -> Result<Self> {
         if pool.role() != PoolRole::Local {
             return Err(GateError::RingOnDisaggregatedPool {
                 role: match pool.role() {
@@ -118,18 +134,28 @@ impl DecodeRing {
         }
         let s = pool.shape();
         let d = s.dims;
+        let at = pool.location();
         let recs = s.layers.saturating_mul(s.slots).saturating_mul(cache_len);
         Ok(DecodeRing {
             shape: s,
             cache_len,
-            d: nan_buffer("decode ring d", recs, d.hv * d.v)?,
-            k: nan_buffer("decode ring k", recs, d.h * d.k)?,
-            g: nan_buffer("decode ring g", recs, d.hv * d.gate_width(s.variant))?,
-            write_pos: vec![0; s.slots],
+            d: ring_buffer::<f32, _>(at, "decode ring d", recs, d.hv * d.v, true)?,
+            k: ring_buffer::<f32, _>(at, "decode ring k", recs, d.h * d.k, true)?,
+            g: ring_buffer::<f32, _>(at, "decode ring g", recs, d.hv * d.gate_width(s.variant), true)?,
+            write_pos: ring_buffer::<i32, _>(at, "decode ring cursors", s.slots, 1, false)?,
             generation: 0,
             pool: pool.id(),
             id: NEXT_RING_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    pub(crate) fn check_pool(&self, pool: &CheckpointPool<M>) -> Result<()> {
+        if pool.id() != self.pool {
+            return Err(Error::ForeignPool {
+                what: "the decode ring",
+            });
+        }
+        Ok(())
     }
 
     pub fn cache_len(&self) -> usize {
@@ -137,6 +163,66 @@ impl DecodeRing {
     }
     pub fn shape(&self) -> PoolShape {
         self.shape
+    }
+}
+
+impl DecodeRing<Device> {
+    /// Copies records and cursors into `host`, a ring of the same shape (explicit downloads;
+    /// `host`'s earlier steps become stale when a cursor changed).
+    pub fn download_into(&self, stream: &Stream, host: &mut DecodeRing<Host>) -> Result<()> {
+        if host.shape != self.shape || host.cache_len != self.cache_len {
+            return Err(Error::InvalidValue {
+                what: "decode ring",
+                why: format!(
+                    "the host ring ({:?}, L = {}) does not have the device ring's shape ({:?}, L = {})",
+                    host.shape, host.cache_len, self.shape, self.cache_len
+                ),
+            });
+        }
+        self.d.download(stream, &mut host.d)?;
+        self.k.download(stream, &mut host.k)?;
+        self.g.download(stream, &mut host.g)?;
+        let before = host.write_pos.clone();
+        self.write_pos.download(stream, &mut host.write_pos)?;
+        if before != host.write_pos {
+            host.generation += 1;
+        }
+        Ok(())
+    }
+}
+
+impl DecodeRing<Host> {
+    /// A copy in device memory, attached to `pool` (the device copy of this ring's pool): records
+    /// and cursors (explicit uploads).
+    pub fn to_device(&self, stream: &Stream, pool: &CheckpointPool<Device>) -> Result<DecodeRing<Device>> {
+        if pool.shape() != self.shape
+            || pool.mode()
+                != (Mode::Buffered {
+                    cache_len: self.cache_len,
+                })
+        {
+            return Err(Error::InvalidValue {
+                what: "decode ring",
+                why: format!(
+                    "the ring ({:?}, L = {}) does not fit the device pool ({:?}, {:?})",
+                    self.shape,
+                    self.cache_len,
+                    pool.shape(),
+                    pool.mode()
+                ),
+            });
+        }
+        Ok(DecodeRing {
+            shape: self.shape,
+            cache_len: self.cache_len,
+            d: DeviceVec::from_host(stream, &self.d)?,
+            k: DeviceVec::from_host(stream, &self.k)?,
+            g: DeviceVec::from_host(stream, &self.g)?,
+            write_pos: DeviceVec::from_host(stream, &self.write_pos)?,
+            generation: 0,
+            pool: pool.id(),
+            id: NEXT_RING_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
     }
 
     fn check_slot(&self, slot: usize) -> Result<()> {
@@ -192,15 +278,6 @@ impl DecodeRing {
             }
         }
         self.set_cursor(dst, 0);
-        Ok(())
-    }
-
-    pub(crate) fn check_pool(&self, pool: &CheckpointPool) -> Result<()> {
-        if pool.id() != self.pool {
-            return Err(Error::ForeignPool {
-                what: "the decode ring",
-            });
-        }
         Ok(())
     }
 

@@ -4,8 +4,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::backend::Backend;
 use crate::config::{Mode, PoolRole, ResolvedConfig};
 use crate::error::{Error, Result};
+use crate::memory::{Device, DeviceSlice, DeviceSliceMut, Host, Location, Memory, Storage, Stream};
 use crate::problem::{HeadDims, Variant};
 
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
@@ -48,20 +50,24 @@ impl PoolShape {
     }
 }
 
-/// An owned f32 checkpoint pool (zeros at creation).
+/// An f32 checkpoint pool in host memory (the default) or device memory
+/// ([`CheckpointPool::new_device`], [`CheckpointPool::to_device`]); zeros at creation.
 #[derive(Debug)]
-pub struct CheckpointPool {
+pub struct CheckpointPool<M: Memory = Host> {
     config: ResolvedConfig,
     shape: PoolShape,
-    state: Vec<f32>,
+    state: M::Vec<f32>,
     id: u64,
 }
 
-impl CheckpointPool {
-    /// A pool of `layers` x `slots` checkpoints for `config` (its layer kind sets the variant).
-    /// The kernels keep f32 checkpoints; a bf16/f16 `--mamba-ssm-dtype` is served in f32, which
-    /// is at least as exact (resolve() says so in its warnings).
-    pub fn new(config: &ResolvedConfig, dims: HeadDims, layers: usize, slots: usize) -> Result<Self> {
+impl<M: Memory> CheckpointPool<M> {
+    fn zeros_in(
+        location: Location,
+        config: &ResolvedConfig,
+        dims: HeadDims,
+        layers: usize,
+        slots: usize,
+    ) -> Result<Self> {
         let shape = PoolShape {
             variant: config.kind,
             dims,
@@ -80,7 +86,7 @@ impl CheckpointPool {
         Ok(CheckpointPool {
             config: config.clone(),
             shape,
-            state: vec![0.0; elems],
+            state: Storage::alloc(location, elems, false)?,
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
@@ -97,16 +103,19 @@ impl CheckpointPool {
     pub fn mode(&self) -> Mode {
         self.config.mode
     }
+    /// Where the checkpoints are.
+    pub fn location(&self) -> Location {
+        self.state.location()
+    }
     /// Identity of this pool (rings remember the pool they were attached to).
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
-
-    /// The whole pool `[NL, NS, HV, V, K]`.
-    pub fn state(&self) -> &[f32] {
+    /// The checkpoints `[NL, NS, HV, V, K]` as stored.
+    pub(crate) fn storage(&self) -> &M::Vec<f32> {
         &self.state
     }
-    pub fn state_mut(&mut self) -> &mut [f32] {
+    pub(crate) fn storage_mut(&mut self) -> &mut M::Vec<f32> {
         &mut self.state
     }
 
@@ -141,6 +150,23 @@ impl CheckpointPool {
         }
         Ok(())
     }
+}
+
+impl CheckpointPool<Host> {
+    /// A pool of `layers` x `slots` checkpoints for `config` (its layer kind sets the variant).
+    /// The kernels keep f32 checkpoints; a bf16/f16 `--mamba-ssm-dtype` is served in f32, which
+    /// is at least as exact (resolve() says so in its warnings).
+    pub fn new(config: &ResolvedConfig, dims: HeadDims, layers: usize, slots: usize) -> Result<Self> {
+        Self::zeros_in(Location::Host, config, dims, layers, slots)
+    }
+
+    /// The whole pool `[NL, NS, HV, V, K]`.
+    pub fn state(&self) -> &[f32] {
+        &self.state
+    }
+    pub fn state_mut(&mut self) -> &mut [f32] {
+        &mut self.state
+    }
 
     /// The `[HV, V, K]` checkpoint of `(layer, slot)`.
     pub fn slot_state(&self, layer: usize, slot: usize) -> Result<&[f32]> {
@@ -153,5 +179,55 @@ impl CheckpointPool {
         let o = self.shape.offset(layer, slot);
         let n = self.shape.dims.state_elems();
         Ok(&mut self.state[o..o + n])
+    }
+
+    /// A copy of this pool in device memory of the stream's backend (an explicit upload; rings
+    /// attach to the copy anew).
+    pub fn to_device(&self, stream: &Stream) -> Result<CheckpointPool<Device>> {
+        let mut pool = CheckpointPool::<Device>::zeros_in(
+            Location::Device(stream.backend()),
+            &self.config,
+            self.shape.dims,
+            self.shape.layers,
+            self.shape.slots,
+        )?;
+        pool.state.upload(stream, &self.state)?;
+        Ok(pool)
+    }
+}
+
+impl CheckpointPool<Device> {
+    /// A pool of zeros in device memory of `backend` (Cuda, or the emulator's heap).
+    pub fn new_device(
+        backend: Backend,
+        config: &ResolvedConfig,
+        dims: HeadDims,
+        layers: usize,
+        slots: usize,
+    ) -> Result<Self> {
+        Self::zeros_in(Location::Device(backend), config, dims, layers, slots)
+    }
+
+    /// The checkpoints `[NL, NS, HV, V, K]`, for an engine's own kernels.
+    pub fn state(&self) -> DeviceSlice<'_, f32> {
+        self.state.as_slice()
+    }
+    pub fn state_mut(&mut self) -> DeviceSliceMut<'_, f32> {
+        self.state.as_mut_slice()
+    }
+
+    /// Overwrites the checkpoints with `src` (an explicit upload, after the stream's work).
+    pub fn upload(&mut self, stream: &Stream, src: &[f32]) -> Result<()> {
+        self.state.upload(stream, src)
+    }
+    /// Copies the checkpoints into `dst` (an explicit download; synchronises the stream).
+    pub fn download(&self, stream: &Stream, dst: &mut [f32]) -> Result<()> {
+        self.state.download(stream, dst)
+    }
+    /// A host copy of this pool, same configuration and shape (an explicit download).
+    pub fn to_host(&self, stream: &Stream) -> Result<CheckpointPool<Host>> {
+        let mut pool = CheckpointPool::new(&self.config, self.shape.dims, self.shape.layers, self.shape.slots)?;
+        self.state.download(stream, &mut pool.state)?;
+        Ok(pool)
     }
 }

@@ -1,8 +1,9 @@
 //! The spec ring (SPEC §2): per layer and slot, the raw inputs of the last verify window.
 
 use crate::config::{GateError, Mode};
-use crate::dtype::{ActBuffer, DType};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::memory::{ActStorage, Device, DeviceAct, DeviceVec, Host, Location, Memory, Storage, Stream};
 use crate::problem::{HeadDims, Variant};
 use crate::state::pool::CheckpointPool;
 
@@ -70,39 +71,44 @@ impl RingShape {
     }
 }
 
-/// An owned spec ring on the host, poisoned with NaN at creation so that a record that was
-/// never written cannot pass for data.
-#[derive(Clone, Debug)]
-pub struct SpecRing {
+/// A spec ring in host memory (the default) or device memory (attached to a device pool),
+/// poisoned with NaN at creation so that a record that was never written cannot pass for data.
+#[derive(Debug)]
+pub struct SpecRing<M: Memory = Host> {
     pub shape: RingShape,
     /// `[NL, NS, HV, W, V]` raw values.
-    pub v: ActBuffer,
+    pub v: M::Act,
     /// `[NL, NS, H, W, K]` raw keys (before L2 norm).
-    pub k: ActBuffer,
+    pub k: M::Act,
     /// `[NL, NS, HV, W]` (KDA: `[.., K]`) log decays.
-    pub g: Vec<f32>,
+    pub g: M::Vec<f32>,
     /// `[NL, NS, HV, W]`.
-    pub beta: Vec<f32>,
+    pub beta: M::Vec<f32>,
     /// Whether the layer normalises keys (SPEC §3 step 3): a replay must do as the verify did.
     pub l2norm: bool,
 }
 
-impl SpecRing {
-    /// The spec ring of `pool` with window `W` and act dtype `dtype`: refused (SPEC §5 P1)
-    /// unless the pool was resolved with `--enable-linear-replayssm-spec`.
-    pub fn for_pool(pool: &CheckpointPool, window: usize, dtype: DType, l2norm: bool) -> Result<Self> {
-        if pool.mode() != Mode::Spec {
-            return Err(GateError::SpecRingWithoutSpec {
-                mode: match pool.mode() {
-                    Mode::Off => "off",
-                    Mode::Buffered { .. } => "buffered decode",
-                    Mode::Spec => "spec",
-                },
-            }
-            .into());
+impl Clone for SpecRing<Host> {
+    fn clone(&self) -> Self {
+        SpecRing {
+            shape: self.shape,
+            v: self.v.clone(),
+            k: self.k.clone(),
+            g: self.g.clone(),
+            beta: self.beta.clone(),
+            l2norm: self.l2norm,
         }
+    }
+}
+
+impl<M: Memory> SpecRing<M> {
+    /// The spec ring of `pool`, in the pool's memory, with window `W` and act dtype `dtype`:
+    /// refused (SPEC §5 P1) unless the pool was resolved with `--enable-linear-replayssm-spec`.
+    pub fn for_pool(pool: &CheckpointPool<M>, window: usize, dtype: DType, l2norm: bool) -> Result<Self> {
+        check_spec_pool(pool)?;
         let p = pool.shape();
-        SpecRing::new(
+        Self::poisoned_in(
+            pool.location(),
             RingShape {
                 variant: p.variant,
                 dims: p.dims,
@@ -115,16 +121,16 @@ impl SpecRing {
         )
     }
 
-    pub fn new(shape: RingShape, l2norm: bool) -> Result<Self> {
+    fn poisoned_in(location: Location, shape: RingShape, l2norm: bool) -> Result<Self> {
         shape.validate()?;
         let d = shape.dims;
         let ls = shape.layers * shape.slots * shape.window;
         Ok(SpecRing {
             shape,
-            v: ActBuffer::nan(shape.dtype, ls * d.hv * d.v),
-            k: ActBuffer::nan(shape.dtype, ls * d.h * d.k),
-            g: vec![f32::NAN; ls * d.hv * d.gate_width(shape.variant)],
-            beta: vec![f32::NAN; ls * d.hv],
+            v: ActStorage::alloc_poisoned(location, shape.dtype, ls * d.hv * d.v)?,
+            k: ActStorage::alloc_poisoned(location, shape.dtype, ls * d.h * d.k)?,
+            g: Storage::alloc(location, ls * d.hv * d.gate_width(shape.variant), true)?,
+            beta: Storage::alloc(location, ls * d.hv, true)?,
             l2norm,
         })
     }
@@ -164,8 +170,41 @@ impl SpecRing {
     }
 }
 
+impl SpecRing<Host> {
+    /// A host ring of `shape` (for a host pool of the same geometry).
+    pub fn new(shape: RingShape, l2norm: bool) -> Result<Self> {
+        Self::poisoned_in(Location::Host, shape, l2norm)
+    }
+
+    /// A copy in device memory of the stream's backend (an explicit upload).
+    pub fn to_device(&self, stream: &Stream) -> Result<SpecRing<Device>> {
+        Ok(SpecRing {
+            shape: self.shape,
+            v: DeviceAct::from_host(stream, &self.v)?,
+            k: DeviceAct::from_host(stream, &self.k)?,
+            g: DeviceVec::from_host(stream, &self.g)?,
+            beta: DeviceVec::from_host(stream, &self.beta)?,
+            l2norm: self.l2norm,
+        })
+    }
+}
+
+impl SpecRing<Device> {
+    /// A host copy (an explicit download; synchronises the stream).
+    pub fn to_host(&self, stream: &Stream) -> Result<SpecRing<Host>> {
+        Ok(SpecRing {
+            shape: self.shape,
+            v: self.v.to_host(stream)?,
+            k: self.k.to_host(stream)?,
+            g: self.g.to_vec(stream)?,
+            beta: self.beta.to_vec(stream)?,
+            l2norm: self.l2norm,
+        })
+    }
+}
+
 /// The pool must serve the spec ring (SPEC §5 P1).
-pub(crate) fn check_spec_pool(pool: &CheckpointPool) -> Result<()> {
+pub(crate) fn check_spec_pool<M: Memory>(pool: &CheckpointPool<M>) -> Result<()> {
     match pool.mode() {
         Mode::Spec => Ok(()),
         Mode::Off => Err(GateError::SpecRingWithoutSpec { mode: "off" }.into()),
@@ -177,7 +216,7 @@ pub(crate) fn check_spec_pool(pool: &CheckpointPool) -> Result<()> {
 }
 
 /// The ring must have been built for this pool's geometry (variant, head dims, layers, slots).
-pub(crate) fn check_ring_matches(ring: &SpecRing, pool: &CheckpointPool) -> Result<()> {
+pub(crate) fn check_ring_matches<M: Memory>(ring: &SpecRing<M>, pool: &CheckpointPool<M>) -> Result<()> {
     ring.check()?;
     let (r, p) = (ring.shape, pool.shape());
     if r.variant != p.variant || r.dims != p.dims || r.layers != p.layers || r.slots != p.slots {

@@ -61,11 +61,11 @@ pub fn run(backend: Backend, data: &RecurrentData, snapshots: bool) -> replayssm
     let mut snaps = vec![f32::NAN; if snapshots { batch * t * d.state_elems() } else { 0 }];
     let mut out = RecurrentOutputs {
         o: o.dense_mut(n, d.hv * d.v),
-        state: &mut state,
+        state: &mut state[..],
         write_state: true,
         snapshots: snapshots.then_some(&mut snaps[..]),
     };
-    replayssm::recurrent(backend, &data.inputs(), &mut out)?;
+    replayssm_tools::staged::recurrent(backend, &data.inputs(), &mut out)?;
     Ok(Run {
         o,
         state,

@@ -5,9 +5,10 @@ use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
 use replayssm::dtype::ActViewMut;
 use replayssm::ring::{RingShape, SpecRing};
-use replayssm::spec::{fold, replay, verify, Track};
-use replayssm::tree::{verify_tree, DraftTree};
+use replayssm::spec::Track;
+use replayssm::tree::DraftTree;
 use replayssm::{ActBuffer, CheckpointPool, DType, HeadDims, RecurrentOutputs, Variant};
+use replayssm_tools::staged::{fold, replay, verify, verify_tree};
 use replayssm_tools::workload::RecurrentData;
 
 use super::{bits_equal, prefix, spec};
@@ -160,8 +161,8 @@ pub fn chain(
             live_slots,
             &accept,
             Some(Track {
-                slots: &track_slots,
-                steps: &track_steps,
+                slots: &track_slots[..],
+                steps: &track_steps[..],
             }),
         )
         .unwrap();
@@ -177,7 +178,7 @@ pub fn chain(
             let mut o = ActBuffer::nan(dtype, n * dims.hv * dims.v);
             let tmax = lens.iter().copied().max().unwrap_or(0).max(1);
             let mut snaps = vec![f32::NAN; batch * tmax * per_slot];
-            replayssm::recurrent(
+            replayssm_tools::staged::recurrent(
                 backend,
                 &acc.inputs(),
                 &mut RecurrentOutputs {

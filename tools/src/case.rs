@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
+use crate::staged::{fold, fold_tree, recurrent, verify, verify_tree};
 use crate::workload::{GateData, RecurrentData};
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
@@ -15,11 +16,10 @@ use replayssm::dtype::{bytes_of, ActBuffer, DType};
 use replayssm::numerics::{compare, Comparison, Tolerance};
 use replayssm::pool::CheckpointPool;
 use replayssm::problem::{HeadDims, Variant};
-use replayssm::recurrent::{recurrent, RecurrentOutputs};
+use replayssm::recurrent::RecurrentOutputs;
 use replayssm::ring::SpecRing;
 use replayssm::spec::MAX_VERIFY_WINDOW;
-use replayssm::spec::{fold, verify};
-use replayssm::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree};
+use replayssm::tree::{AcceptedPaths, DraftTree};
 
 pub const FORMAT: &str = "replayssm-case/1";
 
@@ -633,7 +633,7 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
         Op::Recurrent => {
             let mut out = RecurrentOutputs {
                 o: o.dense_mut(n, d.hv * d.v),
-                state: &mut state,
+                state: &mut state[..],
                 write_state: true,
                 snapshots: None,
             };

@@ -16,10 +16,11 @@ use replayssm::error::Result;
 use replayssm::numerics::{compare, Tolerance};
 use replayssm::pool::CheckpointPool;
 use replayssm::problem::{HeadDims, Variant};
-use replayssm::recurrent::{recurrent, RecurrentOutputs};
+use replayssm::recurrent::RecurrentOutputs;
 use replayssm::reference;
 use replayssm::ring::{RingShape, SpecRing};
-use replayssm::spec::{fold, verify};
+
+use crate::staged::{fold, recurrent, verify};
 
 /// The shapes the byte models are printed for: the demo's own and a Qwen3-Next-like layer
 /// (H=16, HV=32, K=V=128) at B=64.

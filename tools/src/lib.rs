@@ -13,5 +13,6 @@ pub mod demo;
 pub mod floor;
 pub mod occupancy;
 pub mod sequence;
+pub mod staged;
 pub mod testing;
 pub mod workload;

@@ -3,11 +3,13 @@
 
 use replayssm::checks::check_slots;
 use replayssm::config::{resolve, EngineFlags};
-use replayssm::decode::{decode, materialize, DecodeRing, ForceFlush};
+use replayssm::decode::{DecodeRing, ForceFlush};
 use replayssm::dtype::ActBuffer;
 use replayssm::error::{Error, Result};
 use replayssm::tokens::validate_tokens;
 use replayssm::{Backend, CheckpointPool};
+
+use crate::staged::{decode, materialize};
 
 use crate::workload::RecurrentData;
 

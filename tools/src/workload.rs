@@ -6,8 +6,9 @@ use rand_chacha::ChaCha8Rng;
 
 use replayssm::decode::DecodeInputs;
 use replayssm::dtype::{ActBuffer, DType};
-use replayssm::problem::{Gate, HeadDims, Variant};
+use replayssm::problem::{HeadDims, Variant};
 use replayssm::recurrent::{default_scale, RecurrentInputs};
+use replayssm::tokens::Gate;
 use replayssm::tree::DraftTree;
 
 /// Owned gate inputs.
