@@ -166,7 +166,9 @@ impl Stream {
         if bits[0] == 0 {
             return Ok(());
         }
-        word.upload(self, &[0])?;
+        // Cleared on the stream, after the kernels that set it and before the next ones.
+        word.as_mut_slice().fill_bytes(self, 0)?;
+        self.synchronize()?;
         Err(Error::DeviceReported {
             kernel: "a kernel on this stream",
             bits: bits[0],
@@ -203,7 +205,9 @@ impl<T: Pod> Debug for DeviceVec<T> {
 
 impl<T: Pod> DeviceVec<T> {
     /// `len` elements with every byte `byte` (0: zeros; 0xFF: NaN for every float type, -1 for
-    /// integers, the poison of a buffer a kernel must overwrite).
+    /// integers, the poison of a buffer a kernel must overwrite). On Cuda this synchronises the
+    /// device (an allocation is set-up work: make pools, rings and scratch before serving and
+    /// outside any graph capture).
     fn filled(backend: Backend, len: usize, byte: u8) -> Result<Self> {
         let elem = std::mem::size_of::<T>();
         let bytes = len.checked_mul(elem).ok_or(Error::Alloc {
@@ -290,12 +294,13 @@ impl<T: Pod> DeviceVec<T> {
     pub fn upload(&mut self, stream: &Stream, src: &[T]) -> Result<()> {
         self.check_len("upload source", src.len())?;
         self.check_stream(stream)?;
-        stream.synchronize()?;
         HOST_TO_DEVICE.fetch_add(1, Ordering::Relaxed);
         match &mut self.store {
             Store::Emulated(v) => v.copy_from_slice(src),
+            // On the stream itself (after its work, before what follows, non-blocking streams
+            // included), then waited for: `src` may be freed when this returns.
             #[cfg(replayssm_cuda)]
-            Store::Cuda(b) => b.copy_from(bytemuck::cast_slice(src))?,
+            Store::Cuda(b) => b.copy_from_on(bytemuck::cast_slice(src), stream.as_raw())?,
         }
         Ok(())
     }
@@ -305,12 +310,11 @@ impl<T: Pod> DeviceVec<T> {
     pub fn download(&self, stream: &Stream, dst: &mut [T]) -> Result<()> {
         self.check_len("download destination", dst.len())?;
         self.check_stream(stream)?;
-        stream.synchronize()?;
         DEVICE_TO_HOST.fetch_add(1, Ordering::Relaxed);
         match &self.store {
             Store::Emulated(v) => dst.copy_from_slice(v),
             #[cfg(replayssm_cuda)]
-            Store::Cuda(b) => b.copy_to(bytemuck::cast_slice_mut(dst))?,
+            Store::Cuda(b) => b.copy_to_on(bytemuck::cast_slice_mut(dst), stream.as_raw())?,
         }
         Ok(())
     }
@@ -461,6 +465,44 @@ impl<'a, T> DeviceSliceMut<'a, T> {
     }
     pub fn as_mut_ptr(&mut self) -> *mut T {
         self.ptr
+    }
+
+    /// The first `mid` elements and the rest, as two writable slices.
+    pub fn split_at_mut(&mut self, mid: usize) -> (DeviceSliceMut<'_, T>, DeviceSliceMut<'_, T>) {
+        let mid = mid.min(self.len);
+        let tail = self.ptr.wrapping_add(mid);
+        (
+            DeviceSliceMut {
+                ptr: self.ptr,
+                len: mid,
+                backend: self.backend,
+                _life: PhantomData,
+            },
+            DeviceSliceMut {
+                ptr: tail,
+                len: self.len - mid,
+                backend: self.backend,
+                _life: PhantomData,
+            },
+        )
+    }
+
+    /// Sets every byte to `byte`, enqueued on `stream` (no transfer, no synchronisation).
+    pub(crate) fn fill_bytes(&mut self, stream: &Stream, byte: u8) -> Result<()> {
+        Location::Device(self.backend).check_reachable("scratch", stream.backend())?;
+        let bytes = self.len * std::mem::size_of::<T>();
+        match self.backend {
+            #[cfg(replayssm_cuda)]
+            Backend::Cuda => crate::runtime::cuda::check("cudaMemsetAsync", unsafe {
+                // SAFETY: the slice covers `bytes` bytes of device memory; the stream is live.
+                crate::ffi::rssm_cuda_memset_async(self.ptr.cast(), byte as i32, bytes as u64, stream.as_raw())
+            }),
+            _ => {
+                // SAFETY: on Emulated the slice is `len` elements of host memory lent exclusively.
+                unsafe { std::ptr::write_bytes(self.ptr.cast::<u8>(), byte, bytes) };
+                Ok(())
+            }
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 use crate::backend::Backend;
 use crate::checks::{check_dtype, check_kernel_head_dim, check_len, check_seqlens, check_slots, check_view};
 use crate::error::{Error, Result};
+use crate::limits::MAX_BATCH;
 use crate::memory::{ActLayout, ActLayoutMut, Device, Host, Memory, SeqlensRef, SliceRef};
 use crate::problem::{HeadDims, Variant};
 use crate::runtime::launch::Exec;
@@ -135,14 +136,21 @@ pub(crate) fn seqlens(cu: &impl SeqlensRef, num_tokens: usize) -> Result<(usize,
     if cu.len() < 2 {
         return Err(Error::SeqLens(format!("needs B + 1 >= 2 entries, got {}", cu.len())));
     }
-    let max_seqlen = cu.max_seqlen().unwrap_or(num_tokens);
-    if max_seqlen > num_tokens {
+    let batch = cu.len() - 1;
+    if batch > MAX_BATCH {
+        return Err(Error::SeqLens(format!(
+            "{batch} requests exceed the launch limit of {MAX_BATCH}"
+        )));
+    }
+    // As on the host: at least 1 (an all-empty batch launches and does nothing).
+    let max_seqlen = cu.max_seqlen().unwrap_or(num_tokens).max(1);
+    if max_seqlen > num_tokens.max(1) {
         return Err(Error::InvalidValue {
             what: "max_seqlen",
             why: format!("{max_seqlen} is more than the {num_tokens} tokens of the launch"),
         });
     }
-    Ok((cu.len() - 1, max_seqlen))
+    Ok((batch, max_seqlen))
 }
 
 /// `slots [B]`: its length, and where the host can read it, the rule of

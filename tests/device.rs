@@ -253,7 +253,7 @@ fn a_device_decode_step_matches_the_host_step_bit_for_bit() {
     let d = data.dims;
     let b = data.slots.len();
     let tokens = DeviceTokens::upload(&stream, &data.inputs()).unwrap();
-    let (slots, cu) = (ints(&stream, &data.slots), ints(&stream, &[0, 1, 2, 3]));
+    let slots = ints(&stream, &data.slots);
     let mut positions = DeviceVec::<i32>::zeros(Backend::Emulated, b).unwrap();
     let mut o = ActBuffer::nan(data.dtype, b * d.hv * d.v);
     let mut o_dev = DeviceAct::poisoned(Backend::Emulated, data.dtype, b * d.hv * d.v).unwrap();
@@ -293,7 +293,6 @@ fn a_device_decode_step_matches_the_host_step_bit_for_bit() {
                     &mut dpool,
                     &mut dring,
                     &rows,
-                    cu.as_slice(),
                     layer,
                     &mut o_dev.dense_mut(b, d.hv * d.v),
                 )
@@ -314,7 +313,7 @@ fn a_device_decode_step_matches_the_host_step_bit_for_bit() {
     }
     // Materialise folds every pending record and resets the cursors, on both.
     materialize(Backend::Emulated, &mut pool, &mut ring, &data.slots).unwrap();
-    let mut scratch = DeviceVec::<i32>::zeros(Backend::Emulated, b).unwrap();
+    let mut scratch = DeviceVec::<i32>::zeros(Backend::Emulated, 2 * b).unwrap();
     stream
         .materialize(&mut dpool, &mut dring, slots.as_slice(), scratch.as_mut_slice())
         .unwrap();
@@ -457,5 +456,49 @@ fn on_a_gpu_bad_device_indices_flag_the_stream_and_check_errors_clears_it() {
         bits(&dpool.state_vec(&stream)),
         bits(&before),
         "the flagged row wrote the pool"
+    );
+}
+
+/// Kernel D reads and writes one row of every view per decode row, and the device call has no
+/// cu_seqlens to tie the two: views of fewer tokens than rows are refused (they were accepted,
+/// and the kernel wrote outputs past the end of `o`).
+#[test]
+fn a_device_decode_with_fewer_tokens_than_rows_is_refused() {
+    let data = RecurrentData::random(&spec(Variant::Gdn, DIMS, DType::F32, &[1, 1, 1]), 10);
+    let cfg = resolve(&EngineFlags::buffered_decode(Variant::Gdn, 3)).unwrap();
+    let ns = data.state.len() / data.dims.state_elems();
+    let stream = emulated();
+    let mut pool = CheckpointPool::new_device(Backend::Emulated, &cfg, data.dims, 1, ns).unwrap();
+    let mut ring = DecodeRing::attach(&pool).unwrap();
+    // One token uploaded, three rows asked for.
+    let one = data.gather(&[Some(0)], vec![0, 1]);
+    let tokens = DeviceTokens::upload(&stream, &one.inputs()).unwrap();
+    let slots = ints(&stream, &data.slots);
+    let mut positions = DeviceVec::<i32>::zeros(Backend::Emulated, 3).unwrap();
+    stream
+        .decode_snapshot(&mut ring, slots.as_slice(), positions.as_mut_slice())
+        .unwrap();
+    let rows = DecodeRows {
+        slots: slots.as_slice(),
+        positions: positions.as_slice(),
+        force_flush: None,
+    };
+    let d = data.dims;
+    let mut o = DeviceAct::poisoned(Backend::Emulated, DType::F32, d.hv * d.v).unwrap();
+    let e = stream
+        .decode(
+            &tokens.decode_inputs(),
+            &mut pool,
+            &mut ring,
+            &rows,
+            0,
+            &mut o.dense_mut(1, d.hv * d.v),
+        )
+        .unwrap_err();
+    println!("{e}");
+    assert!(matches!(&e, Error::Shape { tensor: "q", .. }), "{e:?}");
+    assert!(
+        o.to_host(&stream).unwrap().to_f32().iter().all(|x| x.is_nan()),
+        "o written"
     );
 }

@@ -447,3 +447,47 @@ fn stride_smaller_than_a_row_is_refused() {
         "{err:?}"
     );
 }
+
+/// A stride whose extent `offset + (tokens - 1) * stride + row` overflows `usize` is refused as
+/// out of bounds. (The unchecked product wrapped: 8 * 2^61 = 2^64 became 0, the view passed the
+/// extent check and the kernel read far outside the buffer; in a checked build it panicked.)
+#[test]
+fn a_stride_whose_extent_overflows_is_refused_not_wrapped() {
+    let dims = HeadDims {
+        h: 1,
+        hv: 1,
+        k: 32,
+        v: 32,
+    };
+    let data = RecurrentData::random(&spec(Variant::Gdn, dims, DType::F32, &[9]), 5);
+    let n = data.num_tokens();
+    assert_eq!(n, 9);
+    let mut inp = data.inputs();
+    inp.k = data.k.view(0, n, dims.h * dims.k, 1 << 61);
+    let mut o = ActBuffer::nan(DType::F32, n * dims.hv * dims.v);
+    let mut state = data.state.clone();
+    let err = replayssm::recurrent(
+        Backend::Emulated,
+        &inp,
+        &mut RecurrentOutputs {
+            o: o.dense_mut(n, dims.hv * dims.v),
+            state: &mut state,
+            write_state: true,
+            snapshots: None,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfBounds {
+                tensor: "k",
+                needed: usize::MAX,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(o.to_f32().iter().all(|x| x.is_nan()), "outputs written");
+    assert_eq!(state, data.state, "state written");
+}

@@ -203,7 +203,7 @@ fn device_decode_steps(backend: Backend, steps: usize) -> (u64, TransferCounters
     let d = data.dims;
     let b = data.slots.len();
     let up = |v: &[i32]| DeviceVec::from_host(&stream, v).unwrap();
-    let (slots, cu, flush) = (up(&data.slots), up(&[0, 1, 2, 3]), up(&[0, 0, 0]));
+    let (slots, flush) = (up(&data.slots), up(&[0, 0, 0]));
     let mut positions = DeviceVec::<i32>::zeros(backend, b).unwrap();
     let mut o = DeviceAct::poisoned(backend, data.dtype, b * d.hv * d.v).unwrap();
     let inputs = tokens.decode_inputs();
@@ -221,7 +221,7 @@ fn device_decode_steps(backend: Backend, steps: usize) -> (u64, TransferCounters
             for layer in 0..2 {
                 let mut ov = o.dense_mut(b, d.hv * d.v);
                 stream
-                    .decode(&inputs, &mut pool, &mut ring, &rows, cu.as_slice(), layer, &mut ov)
+                    .decode(&inputs, &mut pool, &mut ring, &rows, layer, &mut ov)
                     .unwrap();
             }
             stream.decode_advance(&mut ring, &rows).unwrap();

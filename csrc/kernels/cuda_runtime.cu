@@ -46,6 +46,15 @@ int32_t rssm_cuda_memcpy_dtoh(void *dst, const void *src, uint64_t bytes) {
   return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 int32_t rssm_cuda_memset(void *dst, int32_t value, uint64_t bytes) { return cudaMemset(dst, value, bytes); }
+int32_t rssm_cuda_memcpy_htod_async(void *dst, const void *src, uint64_t bytes, void *stream) {
+  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));
+}
+int32_t rssm_cuda_memcpy_dtoh_async(void *dst, const void *src, uint64_t bytes, void *stream) {
+  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream));
+}
+int32_t rssm_cuda_memset_async(void *dst, int32_t value, uint64_t bytes, void *stream) {
+  return cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream));
+}
 int32_t rssm_cuda_synchronize(void) { return cudaDeviceSynchronize(); }
 int32_t rssm_cuda_last_error(void) { return cudaGetLastError(); }
 const char *rssm_cuda_error_string(int32_t code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }

@@ -3,7 +3,8 @@
 //! An engine built on cudarc (candle's CUDA backend, for one) owns its buffers as `CudaSlice<T>`
 //! and launches on a `CudaStream`. [`DeviceView`] / [`DeviceViewMut`] lend a slice's device
 //! address to one launch, holding cudarc's stream-ordering guard until the launch is enqueued,
-//! and [`launch`] runs a C ABI entry on the stream's context. Our kernels use the CUDA runtime,
+//! and [`launch`] runs a C ABI entry on the stream's context; [`DeviceView::as_slice`] and
+//! [`typed_stream`] hand the same buffers and stream to the typed runtime's `Stream` calls. Our kernels use the CUDA runtime,
 //! which works on the primary context of the device, the context cudarc's `CudaContext::new`
 //! retains, so the addresses are valid for both.
 //!
@@ -22,7 +23,9 @@ use std::marker::PhantomData;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 
+use crate::backend::Backend;
 use crate::capi::{replayssm_last_cuda_error, replayssm_last_error_message, replayssm_status};
+use crate::memory::{DeviceSlice, DeviceSliceMut, Stream};
 
 /// A cudarc buffer lent read-only to one launch.
 pub struct DeviceView<'a, T> {
@@ -47,6 +50,12 @@ impl<'a, T> DeviceView<'a, T> {
     /// The device address, for a params field.
     pub fn ptr(&self) -> *const T {
         self.ptr as usize as *const T
+    }
+    /// The view as a device slice of the typed runtime (`Stream::verify`, `Stream::fold`, ...),
+    /// borrowed for no longer than the view keeps cudarc's stream ordering.
+    pub fn as_slice(&self) -> DeviceSlice<'_, T> {
+        // SAFETY: cudarc's slice holds `len` elements of CUDA memory, lent read-only while `self` lives.
+        unsafe { DeviceSlice::from_raw_parts(Backend::Cuda, self.ptr(), self.len) }
     }
     /// Elements the view covers: check it against the extent the params describe.
     pub fn len(&self) -> usize {
@@ -80,12 +89,27 @@ impl<'a, T> DeviceViewMut<'a, T> {
     pub fn ptr(&self) -> *mut T {
         self.ptr as usize as *mut T
     }
+    /// The view as a writable device slice of the typed runtime, borrowed for no longer than
+    /// the view.
+    pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
+        // SAFETY: cudarc's slice holds `len` elements of CUDA memory, lent exclusively while `self` lives.
+        unsafe { DeviceSliceMut::from_raw_parts(Backend::Cuda, self.ptr(), self.len) }
+    }
     pub fn len(&self) -> usize {
         self.len
     }
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
+
+/// The typed runtime's [`Stream`] on a cudarc stream: its calls are enqueued there.
+///
+/// # Safety
+/// `stream` outlives the returned [`Stream`], and its context is the device's primary context
+/// (cudarc's `CudaContext::new`), the one the CUDA runtime launches on.
+pub unsafe fn typed_stream(stream: &CudaStream) -> crate::Result<Stream> {
+    Stream::from_raw_cuda(stream_ptr(stream))
 }
 
 /// The raw `CUstream` of a cudarc stream, as the C ABI's `stream` argument.

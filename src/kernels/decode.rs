@@ -46,7 +46,9 @@ pub struct DecodeInputs<'a, M: Memory = Host> {
 
 /// The rows of one decode step in device memory, as the stream's cursor calls produce them:
 /// `slots [B]` (-1 = null row), `positions [B]` (each row's cursor, written by
-/// [`Stream::decode_snapshot`]) and optional `force_flush [B]` flags.
+/// [`Stream::decode_snapshot`]) and optional `force_flush [B]` flags. Pass the same rows to every
+/// layer's [`Stream::decode`] and to the step's [`Stream::decode_advance`]: an advance with
+/// other flags than D saw would move a cursor past a record that was never written.
 #[derive(Clone, Copy, Debug)]
 pub struct DecodeRows<'a, M: Memory = Device> {
     pub slots: M::Slice<'a, i32>,
@@ -66,6 +68,7 @@ pub fn decode(
     layer: usize,
     o: &mut ActViewMut<'_>,
 ) -> Result<()> {
+    ring.check_pool(pool)?;
     ring.check_step(step)?;
     let rows = DecodeRows::<Host> {
         slots: &step.slots,
@@ -106,6 +109,7 @@ pub fn validate_decode(
     layer: usize,
     o: &ActViewMut<'_>,
 ) -> Result<()> {
+    ring.check_pool(pool)?;
     ring.check_step(step)?;
     let rows = DecodeRows::<Host> {
         slots: &step.slots,
@@ -141,6 +145,16 @@ fn check_decode<M: Memory>(
     pool.check_inputs(rinp.variant, &rinp.dims, layer)?;
     check_kernel_head_dim(backend, rinp.dims.k)?;
     check_rows(rows.slots.len(), rows)?;
+    // Kernel D reads and writes row b of every view for each of the B rows: the views must
+    // hold exactly B tokens (the device path has no cu_seqlens to tie them).
+    let n = rinp.q.layout().1;
+    if n != rows.slots.len() {
+        return Err(Error::Shape {
+            tensor: "q",
+            expected: format!("[B = {}] tokens (one per row)", rows.slots.len()),
+            got: format!("[{n}] tokens"),
+        });
+    }
     // One token per row: cu_seqlens = 0..=B checks that the views hold exactly B rows.
     validate_tokens(backend, rinp, o)?;
     Ok(())
@@ -332,32 +346,54 @@ fn materialize_kernel<M: Memory>(
     check_status("decode_materialize", exec.backend, st)
 }
 
+/// What the cursor kernel does with `positions [B]`.
+enum Positions<'a> {
+    /// SNAPSHOT writes them.
+    Write(DeviceSliceMut<'a, i32>),
+    /// ADVANCE reads them.
+    Read(DeviceSlice<'a, i32>),
+    /// RESET takes none.
+    None,
+}
+
 /// Launches the cursor kernel (`op`: snapshot, advance or reset) on device memory.
 fn cursors_kernel(
     stream: &Stream,
     ring: &mut DecodeRing<Device>,
     op: ffi::rssm_cursor_op,
     slots: &DeviceSlice<'_, i32>,
-    mut positions: Option<DeviceSliceMut<'_, i32>>,
+    mut positions: Positions<'_>,
     force_flush: Option<&DeviceSlice<'_, i32>>,
 ) -> Result<()> {
     let exec = Exec::on(stream);
     let b = slots.len();
-    check_rows::<Device>(
-        b,
-        &DecodeRows {
-            slots: *slots,
-            positions: positions.as_ref().map_or(*slots, |p| p.as_slice()),
-            force_flush: force_flush.copied(),
-        },
-    )?;
+    let (pos_len, pos_ptr) = match &mut positions {
+        Positions::Write(p) => (p.len(), exec.slice_mut("positions", p)?),
+        // Only read by ADVANCE: the kernel takes one non-const field for both ops.
+        Positions::Read(p) => (p.len(), exec.slice("positions", p)?.cast_mut()),
+        Positions::None => (b, std::ptr::null_mut()),
+    };
+    if b == 0 || b > 65535 {
+        return Err(Error::Shape {
+            tensor: "slots",
+            expected: "[B] with 1 <= B <= 65535".into(),
+            got: format!("[{b}]"),
+        });
+    }
+    let f_len = force_flush.map_or(b, |f| f.len());
+    for (tensor, len) in [("positions", pos_len), ("force_flush", f_len)] {
+        if len != b {
+            return Err(Error::Shape {
+                tensor,
+                expected: format!("[{b}] (one per row)"),
+                got: format!("[{len}]"),
+            });
+        }
+    }
     let params = ffi::rssm_cursor_params {
         cursors: exec.store_mut("decode ring cursors", &mut ring.write_pos)?,
         slots: exec.slice("slots", slots)?,
-        positions: match positions.as_mut() {
-            Some(p) => exec.slice_mut("positions", p)?,
-            None => std::ptr::null_mut(),
-        },
+        positions: pos_ptr,
         force_flush: match force_flush {
             Some(f) => exec.slice("force_flush", f)?,
             None => std::ptr::null(),
@@ -389,25 +425,31 @@ impl Stream {
             ring,
             ffi::rssm_cursor_op_RSSM_CURSOR_SNAPSHOT,
             &slots,
-            Some(positions),
+            Positions::Write(positions),
             None,
         )
     }
 
     /// Kernel D for layer `layer` on device memory, enqueued on this stream (no allocation,
     /// copy or synchronisation; bad device-side rows flag the stream's error word).
-    /// `cu_seqlens` is `0..=B` in device memory (one token per row), as the engine keeps it.
-    #[allow(clippy::too_many_arguments)]
     pub fn decode(
         &self,
         inp: &DecodeInputs<'_, Device>,
         pool: &mut CheckpointPool<Device>,
         ring: &mut DecodeRing<Device>,
         rows: &DecodeRows<'_, Device>,
-        cu_seqlens: DeviceSlice<'_, i32>,
         layer: usize,
         o: &mut DeviceActViewMut<'_>,
     ) -> Result<()> {
+        // D takes one token per row and reads no cu_seqlens: the token checks see `0..=B` as a
+        // length only. SAFETY: never dereferenced (kernel D's params have no cu_seqlens).
+        let cu_seqlens = unsafe {
+            DeviceSlice::from_raw_parts(
+                self.backend(),
+                std::ptr::NonNull::<i32>::dangling().as_ptr(),
+                rows.slots.len() + 1,
+            )
+        };
         let rinp = RecurrentInputs {
             variant: inp.variant,
             dims: inp.dims,
@@ -430,46 +472,62 @@ impl Stream {
     /// The last call of a device decode step: flushed rows' cursors go back to 0, the others
     /// move one on.
     pub fn decode_advance(&self, ring: &mut DecodeRing<Device>, rows: &DecodeRows<'_, Device>) -> Result<()> {
-        // The cursor kernel writes no positions on ADVANCE; it reads them through this pointer.
-        // SAFETY: the same extent as `rows.positions`, which the kernel only reads.
-        let positions = unsafe {
-            DeviceSliceMut::from_raw_parts(
-                rows.positions.backend(),
-                rows.positions.as_ptr().cast_mut(),
-                rows.positions.len(),
-            )
-        };
         cursors_kernel(
             self,
             ring,
             ffi::rssm_cursor_op_RSSM_CURSOR_ADVANCE,
             &rows.slots,
-            Some(positions),
+            Positions::Read(rows.positions),
             rows.force_flush.as_ref(),
         )
     }
 
     /// Resets the cursors of `slots` to 0 (a slot (re)allocated to a request, or freed).
     pub fn decode_reset(&self, ring: &mut DecodeRing<Device>, slots: DeviceSlice<'_, i32>) -> Result<()> {
-        cursors_kernel(self, ring, ffi::rssm_cursor_op_RSSM_CURSOR_RESET, &slots, None, None)
+        cursors_kernel(
+            self,
+            ring,
+            ffi::rssm_cursor_op_RSSM_CURSOR_RESET,
+            &slots,
+            Positions::None,
+            None,
+        )
     }
 
     /// Folds the pending records of `slots` (every layer) into their checkpoints and resets
-    /// their cursors, on device memory; `positions [B]` is scratch for the cursors.
+    /// their cursors, on device memory. `scratch [2B]` holds the cursors and the flags of the
+    /// reset: a row whose cursor the snapshot flagged (outside `0..L`) keeps it, so its pending
+    /// records are not dropped behind the error word's back.
     pub fn materialize(
         &self,
         pool: &mut CheckpointPool<Device>,
         ring: &mut DecodeRing<Device>,
         slots: DeviceSlice<'_, i32>,
-        mut positions: DeviceSliceMut<'_, i32>,
+        mut scratch: DeviceSliceMut<'_, i32>,
     ) -> Result<()> {
         ring.check_pool(pool)?;
         let s = pool.shape();
         check_kernel_head_dim(self.backend(), s.dims.k)?;
-        check_materialize_slots(slots.len(), s.layers)?;
+        let b = slots.len();
+        check_materialize_slots(b, s.layers)?;
+        if scratch.len() != 2 * b {
+            return Err(Error::Shape {
+                tensor: "scratch",
+                expected: format!("[2 B = {}] i32", 2 * b),
+                got: format!("[{}]", scratch.len()),
+            });
+        }
+        let (mut positions, mut flags) = scratch.split_at_mut(b);
         self.decode_snapshot(ring, slots, positions.reborrow())?;
         materialize_kernel(&Exec::on(self), pool, ring, &slots, &positions.as_slice())?;
-        self.decode_reset(ring, slots)
+        // ADVANCE with every row forced to flush: valid cursors go to 0, flagged ones stay.
+        flags.fill_bytes(self, 1)?;
+        let rows = DecodeRows {
+            slots,
+            positions: positions.as_slice(),
+            force_flush: Some(flags.as_slice()),
+        };
+        self.decode_advance(ring, &rows)
     }
 }
 

@@ -152,6 +152,33 @@ impl DeviceBuffer {
         })
     }
 
+    /// Copies `src` into the start of the buffer on `stream` and waits for it (ordered after the
+    /// stream's work, whether or not the stream blocks on the legacy default stream).
+    pub(crate) fn copy_from_on(&mut self, src: &[u8], stream: *mut std::ffi::c_void) -> Result<()> {
+        assert!(src.len() <= self.bytes);
+        // SAFETY: the allocation holds at least src.len() bytes; `stream` is live (caller).
+        check("cudaMemcpyAsync", unsafe {
+            crate::ffi::rssm_cuda_memcpy_htod_async(self.ptr, src.as_ptr().cast(), src.len() as u64, stream)
+        })?;
+        // SAFETY: as above.
+        check("cudaStreamSynchronize", unsafe {
+            crate::ffi::rssm_cuda_stream_synchronize(stream)
+        })
+    }
+
+    /// Copies the start of the buffer into `dst` on `stream` and waits for it.
+    pub(crate) fn copy_to_on(&self, dst: &mut [u8], stream: *mut std::ffi::c_void) -> Result<()> {
+        assert!(dst.len() <= self.bytes);
+        // SAFETY: dst holds dst.len() <= self.bytes bytes; `stream` is live (caller).
+        check("cudaMemcpyAsync", unsafe {
+            crate::ffi::rssm_cuda_memcpy_dtoh_async(dst.as_mut_ptr().cast(), self.ptr, dst.len() as u64, stream)
+        })?;
+        // SAFETY: as above.
+        check("cudaStreamSynchronize", unsafe {
+            crate::ffi::rssm_cuda_stream_synchronize(stream)
+        })
+    }
+
     /// A blocking copy of the start of the buffer into `dst`.
     pub fn copy_to(&self, dst: &mut [u8]) -> Result<()> {
         assert!(dst.len() <= self.bytes);

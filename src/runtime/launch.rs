@@ -51,7 +51,7 @@ impl Exec {
     pub fn view_mut(&self, name: &'static str, v: &mut impl ActLayoutMut) -> Result<*mut u8> {
         self.reach(name, v.location())?;
         let (offset, size) = (v.layout().0, v.dtype().size());
-        Ok(v.base_mut().wrapping_add(offset * size))
+        Ok(v.base_mut().wrapping_add(offset.wrapping_mul(size)))
     }
 
     pub fn slice<T>(&self, name: &'static str, s: &impl SliceRef<T>) -> Result<*const T> {
@@ -145,5 +145,6 @@ pub(crate) fn check_error_word(kernel: &'static str, word: u32) -> Result<()> {
 
 /// Byte offset of element `offset` of a view: pointers into act buffers.
 pub(crate) fn elem_ptr(base: *const u8, offset: usize, elem_size: usize) -> *const u8 {
-    base.wrapping_add(offset * elem_size)
+    // Wrapping: an empty view's offset is not range-checked (nothing is read through it).
+    base.wrapping_add(offset.wrapping_mul(elem_size))
 }

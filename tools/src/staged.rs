@@ -400,13 +400,10 @@ pub fn decode(
     let up = Up::new()?;
     let mut dpool = pool.to_device(&up.stream)?;
     let mut dring = ring.to_device(&up.stream, &dpool)?;
-    let b = step.batch();
-    let cu: Vec<i32> = (0..=b as i32).collect();
-    let (slots, pos, flush, cu) = (
+    let (slots, pos, flush) = (
         up.ints(step.slots())?,
         up.ints(step.positions())?,
         up.ints(step.force_flush())?,
-        up.ints(&cu)?,
     );
     let (q, k, v, gate) = (up.act(&inp.q)?, up.act(&inp.k)?, up.act(&inp.v)?, up.gate(&inp.gate)?);
     let dinp = DecodeInputs::<Device> {
@@ -430,7 +427,6 @@ pub fn decode(
         &mut dpool,
         &mut dring,
         &rows,
-        cu.as_slice(),
         layer,
         &mut o_dev.view_mut(ol.0, ol.1, ol.2, ol.3),
     )?;
@@ -449,7 +445,7 @@ pub fn materialize(backend: Backend, pool: &mut CheckpointPool, ring: &mut Decod
     let mut dpool = pool.to_device(&up.stream)?;
     let mut dring = ring.to_device(&up.stream, &dpool)?;
     let s = up.ints(slots)?;
-    let mut scratch = DeviceVec::<i32>::zeros(Backend::Cuda, slots.len())?;
+    let mut scratch = DeviceVec::<i32>::zeros(Backend::Cuda, 2 * slots.len())?;
     up.stream
         .materialize(&mut dpool, &mut dring, s.as_slice(), scratch.as_mut_slice())?;
     up.stream.check_errors()?;

@@ -276,6 +276,10 @@ int32_t rssm_cuda_free(void *ptr);
 int32_t rssm_cuda_memcpy_htod(void *dst, const void *src, uint64_t bytes);
 int32_t rssm_cuda_memcpy_dtoh(void *dst, const void *src, uint64_t bytes);
 int32_t rssm_cuda_memset(void *dst, int32_t value, uint64_t bytes);
+/* The same on `stream` (ordered after its work, also for non-blocking streams). */
+int32_t rssm_cuda_memcpy_htod_async(void *dst, const void *src, uint64_t bytes, void *stream);
+int32_t rssm_cuda_memcpy_dtoh_async(void *dst, const void *src, uint64_t bytes, void *stream);
+int32_t rssm_cuda_memset_async(void *dst, int32_t value, uint64_t bytes, void *stream);
 int32_t rssm_cuda_synchronize(void);
 int32_t rssm_cuda_last_error(void);
 const char *rssm_cuda_error_string(int32_t code);
