@@ -1,9 +1,13 @@
 //! `replayssm bench --plot FILE.png`: percent of floor against batch, one panel per model shape,
-//! one line per kernel (and the derived D cycle and spec step), at one window T. Drawn into an
-//! RGB buffer with a built-in 5x7 font and written with the `png` crate: no font files, no
-//! plotting stack.
+//! one line per kernel (and the derived D cycle and spec step), at one window T. Drawn with
+//! `plotters` into an RGB buffer (text in the bundled DejaVu Sans, `tools/assets/`, so no system
+//! font is needed) and written with the `png` crate.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
 
 use super::report::{Report, Row};
 
@@ -27,151 +31,28 @@ pub const PALETTE: [[u8; 3]; 10] = [
     [23, 190, 207],
 ];
 
-struct Canvas {
-    w: usize,
-    h: usize,
-    px: Vec<u8>,
+/// The notice of a panel with nothing timed.
+const NOTICE: RGBColor = RGBColor(180, 0, 0);
+
+/// DejaVu Sans (Bitstream Vera licence: `tools/assets/DejaVuSans.LICENSE`).
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+
+fn font() -> Result<(), String> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            register_font("sans-serif", FontStyle::Normal, FONT)
+                .map_err(|_| "the bundled font does not parse".to_string())
+        })
+        .clone()
 }
 
-impl Canvas {
-    fn new(w: usize, h: usize) -> Canvas {
-        Canvas {
-            w,
-            h,
-            px: vec![255; w * h * 3],
-        }
-    }
-
-    fn set(&mut self, x: i64, y: i64, c: [u8; 3]) {
-        if x >= 0 && y >= 0 && (x as usize) < self.w && (y as usize) < self.h {
-            let i = (y as usize * self.w + x as usize) * 3;
-            self.px[i..i + 3].copy_from_slice(&c);
-        }
-    }
-
-    fn rect(&mut self, x0: i64, y0: i64, x1: i64, y1: i64, c: [u8; 3]) {
-        for y in y0..=y1 {
-            for x in x0..=x1 {
-                self.set(x, y, c);
-            }
-        }
-    }
-
-    /// A line `thick` pixels wide (Bresenham with a square brush); `dash` > 0 draws dashes.
-    fn line(&mut self, (x0, y0): (i64, i64), (x1, y1): (i64, i64), thick: i64, c: [u8; 3], dash: i64) {
-        let (dx, dy) = ((x1 - x0).abs(), -(y1 - y0).abs());
-        let (sx, sy) = (if x0 < x1 { 1 } else { -1 }, if y0 < y1 { 1 } else { -1 });
-        let (mut x, mut y, mut err, mut n) = (x0, y0, dx + dy, 0i64);
-        loop {
-            if dash == 0 || (n / dash) % 2 == 0 {
-                let r = thick / 2;
-                self.rect(x - r, y - r, x - r + thick - 1, y - r + thick - 1, c);
-            }
-            n += 1;
-            if x == x1 && y == y1 {
-                break;
-            }
-            let e2 = 2 * err;
-            if e2 >= dy {
-                err += dy;
-                x += sx;
-            }
-            if e2 <= dx {
-                err += dx;
-                y += sy;
-            }
-        }
-    }
-
-    /// Text at (x, y) (top left), `scale` pixels per font pixel; returns the width drawn.
-    fn text(&mut self, x: i64, y: i64, s: &str, scale: i64, c: [u8; 3]) -> i64 {
-        let mut cx = x;
-        for ch in s.chars() {
-            let g = glyph(ch);
-            for (row, bits) in g.iter().enumerate() {
-                for col in 0..5 {
-                    if bits & (0x10 >> col) != 0 {
-                        let (px, py) = (cx + col * scale, y + row as i64 * scale);
-                        self.rect(px, py, px + scale - 1, py + scale - 1, c);
-                    }
-                }
-            }
-            cx += 6 * scale;
-        }
-        cx - x
-    }
-
-    fn png(&self) -> Result<Vec<u8>, String> {
-        let mut out = vec![];
-        let mut enc = png::Encoder::new(&mut out, self.w as u32, self.h as u32);
-        enc.set_color(png::ColorType::Rgb);
-        enc.set_depth(png::BitDepth::Eight);
-        let mut w = enc.write_header().map_err(|e| e.to_string())?;
-        w.write_image_data(&self.px).map_err(|e| e.to_string())?;
-        w.finish().map_err(|e| e.to_string())?;
-        Ok(out)
-    }
+fn rgb(c: [u8; 3]) -> RGBColor {
+    RGBColor(c[0], c[1], c[2])
 }
 
-fn text_width(s: &str, scale: i64) -> i64 {
-    s.chars().count() as i64 * 6 * scale
-}
-
-/// 5x7 glyphs, one byte per row (bit 4 = leftmost column); lower case is drawn as upper case.
-fn glyph(c: char) -> [u8; 7] {
-    match c.to_ascii_uppercase() {
-        '0' => [0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E],
-        '1' => [0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E],
-        '2' => [0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F],
-        '3' => [0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E],
-        '4' => [0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02],
-        '5' => [0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E],
-        '6' => [0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E],
-        '7' => [0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08],
-        '8' => [0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E],
-        '9' => [0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C],
-        'A' => [0x0E, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11],
-        'B' => [0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E],
-        'C' => [0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E],
-        'D' => [0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C],
-        'E' => [0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F],
-        'F' => [0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10],
-        'G' => [0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F],
-        'H' => [0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11],
-        'I' => [0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E],
-        'J' => [0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C],
-        'K' => [0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11],
-        'L' => [0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F],
-        'M' => [0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11],
-        'N' => [0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11],
-        'O' => [0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E],
-        'P' => [0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10],
-        'Q' => [0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D],
-        'R' => [0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11],
-        'S' => [0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E],
-        'T' => [0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04],
-        'U' => [0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E],
-        'V' => [0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04],
-        'W' => [0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A],
-        'X' => [0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11],
-        'Y' => [0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04],
-        'Z' => [0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F],
-        '-' => [0, 0, 0, 0x1F, 0, 0, 0],
-        '+' => [0, 0x04, 0x04, 0x1F, 0x04, 0x04, 0],
-        '.' => [0, 0, 0, 0, 0, 0x0C, 0x0C],
-        '%' => [0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03],
-        '=' => [0, 0, 0x1F, 0, 0x1F, 0, 0],
-        '(' => [0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02],
-        ')' => [0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08],
-        '/' => [0, 0x01, 0x02, 0x04, 0x08, 0x10, 0],
-        ',' => [0, 0, 0, 0, 0x0C, 0x04, 0x08],
-        ':' => [0, 0x0C, 0x0C, 0, 0x0C, 0x0C, 0],
-        '_' => [0, 0, 0, 0, 0, 0, 0x1F],
-        '>' => [0x08, 0x04, 0x02, 0x01, 0x02, 0x04, 0x08],
-        '<' => [0x02, 0x04, 0x08, 0x10, 0x08, 0x04, 0x02],
-        ' ' => [0; 7],
-        _ => [0x1F, 0x11, 0x11, 0x11, 0x11, 0x11, 0x1F],
-    }
+fn err(e: impl std::fmt::Display) -> String {
+    format!("drawing the plot: {e}")
 }
 
 /// The series of one panel: kernel -> (batch, percent of floor), at window `t`.
@@ -191,6 +72,7 @@ fn series<'a>(rows: &'a [Row], shape: &str, t: usize) -> BTreeMap<&'a str, Vec<(
 
 /// Renders the plot of `report` at window `t` as PNG bytes.
 pub fn render(report: &Report, t: usize) -> Result<Vec<u8>, String> {
+    font()?;
     let rows = report.rows();
     let mut shapes: Vec<&str> = vec![];
     for r in &rows {
@@ -208,94 +90,123 @@ pub fn render(report: &Report, t: usize) -> Result<Vec<u8>, String> {
             kernels.push(r.kernel.as_str());
         }
     }
-    let colour = |k: &str| PALETTE[kernels.iter().position(|x| *x == k).unwrap_or(0) % PALETTE.len()];
+    let colour = |k: &str| rgb(PALETTE[kernels.iter().position(|x| *x == k).unwrap_or(0) % PALETTE.len()]);
     let panels_y = shapes.len().div_ceil(2).max(1);
     let h = TOP + panels_y * PANEL_H + LEGEND_H;
-    let mut cv = Canvas::new(W, h);
-    let black = [0, 0, 0];
-    let grey = [200, 200, 200];
-    let title = match &report.device {
-        Some(d) => format!(
-            "PERCENT OF BYTES FLOOR, T = {t}, {} ({} BACKEND)",
-            d.name, report.backend
-        ),
-        None => format!("PERCENT OF BYTES FLOOR, T = {t} ({} BACKEND)", report.backend),
-    };
-    cv.text(20, 14, &title, 3, black);
-    let ymax = rows
-        .iter()
-        .filter_map(|r| r.percent_of_floor)
-        .fold(100.0f64, f64::max)
-        .min(400.0);
-    let ymax = (ymax / 20.0).ceil() * 20.0;
-    for (i, shape) in shapes.iter().enumerate() {
-        let (px, py) = ((i % 2 * PANEL_W + 30) as i64, (TOP + i / 2 * PANEL_H) as i64);
-        let (x0, y0, x1, y1) = (px + 60, py + 40, px + PANEL_W as i64 - 30, py + PANEL_H as i64 - 50);
-        cv.text(px + 60, py + 12, shape, 2, black);
-        // Grid and y labels every 20 %, the floor itself (100 %) dashed.
-        let ypos = |p: f64| y1 - ((p.min(ymax) / ymax) * (y1 - y0) as f64).round() as i64;
-        let mut p = 0.0;
-        while p <= ymax + 1e-9 {
-            let y = ypos(p);
-            if (p - 100.0).abs() < 1e-9 {
-                cv.line((x0, y), (x1, y), 1, black, 6);
-            } else {
-                cv.line((x0, y), (x1, y), 1, grey, 0);
-            }
-            let label = format!("{p:.0}%");
-            cv.text(x0 - 8 - text_width(&label, 2), y - 7, &label, 2, black);
-            p += 20.0;
-        }
-        cv.line((x0, y0), (x0, y1), 2, black, 0);
-        cv.line((x0, y1), (x1, y1), 2, black, 0);
-        // x: log2 of the batch, the batches of the run as ticks.
+    let mut buf = vec![0u8; W * h * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (W as u32, h as u32)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let title = match &report.device {
+            Some(d) => format!(
+                "Percent of bytes floor, T = {t}, {} ({} backend)",
+                d.name, report.backend
+            ),
+            None => format!("Percent of bytes floor, T = {t} ({} backend)", report.backend),
+        };
+        root.draw(&Text::new(title, (20, 12), ("sans-serif", 26).into_font()))
+            .map_err(err)?;
+        let ymax = rows
+            .iter()
+            .filter_map(|r| r.percent_of_floor)
+            .fold(100.0f64, f64::max)
+            .min(400.0);
+        let ymax = (ymax / 20.0).ceil() * 20.0;
+        // x: log2 of the batch (the batches are powers of two), a little room either side.
         let (lo, hi) = (
             (*batches.first().unwrap_or(&1) as f64).log2(),
             (*batches.last().unwrap_or(&1) as f64).log2(),
         );
-        let xpos = |b: usize| {
-            let f = if hi > lo {
-                ((b as f64).log2() - lo) / (hi - lo)
-            } else {
-                0.5
-            };
-            x0 + 10 + (f * (x1 - x0 - 20) as f64).round() as i64
-        };
-        for &b in &batches {
-            let x = xpos(b);
-            cv.line((x, y1), (x, y1 + 6), 2, black, 0);
-            let label = b.to_string();
-            cv.text(x - text_width(&label, 2) / 2, y1 + 12, &label, 2, black);
-        }
-        cv.text(x1 - text_width("B", 2), y1 + 32, "B", 2, black);
-        let s = series(&rows, shape, t);
-        if s.is_empty() {
-            let msg = if report.copy_bandwidth.is_none() {
-                "NOT TIMED (NO GPU)"
-            } else {
-                "NO TIMED CASES"
-            };
-            cv.text(x0 + 30, (y0 + y1) / 2 - 10, msg, 3, [180, 0, 0]);
-        }
-        for (k, pts) in &s {
-            let c = colour(k);
-            for w in pts.windows(2) {
-                cv.line((xpos(w[0].0), ypos(w[0].1)), (xpos(w[1].0), ypos(w[1].1)), 3, c, 0);
+        let (xlo, xhi) = (lo - 0.3, hi.max(lo + 1.0) + 0.3);
+        for (i, shape) in shapes.iter().enumerate() {
+            let (px, py) = ((i % 2 * PANEL_W + 30) as i32, (TOP + i / 2 * PANEL_H) as i32);
+            let panel = root.clone().shrink((px, py), (PANEL_W as u32 - 10, PANEL_H as u32));
+            let mut chart = ChartBuilder::on(&panel)
+                .caption(*shape, ("sans-serif", 20))
+                .margin_right(30)
+                .x_label_area_size(40)
+                .y_label_area_size(60)
+                .build_cartesian_2d(xlo..xhi, 0.0..ymax)
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_desc("B")
+                .x_labels(((hi - lo) as usize + 2).min(12))
+                .x_label_formatter(&|x| format!("{:.0}", x.exp2()))
+                .y_labels((ymax / 20.0) as usize + 1)
+                .y_label_formatter(&|p| format!("{p:.0}%"))
+                .label_style(("sans-serif", 16))
+                .draw()
+                .map_err(err)?;
+            // The floor itself, dashed.
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(xlo, 100.0), (xhi, 100.0)],
+                    8,
+                    6,
+                    BLACK.stroke_width(1),
+                ))
+                .map_err(err)?;
+            let s = series(&rows, shape, t);
+            if s.is_empty() {
+                let msg = if report.copy_bandwidth.is_none() {
+                    "not timed (no GPU)"
+                } else {
+                    "no timed cases"
+                };
+                panel
+                    .draw(&Text::new(
+                        msg,
+                        (PANEL_W as i32 / 3, PANEL_H as i32 / 2 - 10),
+                        ("sans-serif", 28).into_font().color(&NOTICE),
+                    ))
+                    .map_err(err)?;
             }
-            for &(b, p) in pts {
-                let (x, y) = (xpos(b), ypos(p));
-                cv.rect(x - 4, y - 4, x + 4, y + 4, c);
+            for (k, pts) in &s {
+                let c = colour(k);
+                let pts: Vec<(f64, f64)> = pts.iter().map(|&(b, p)| ((b as f64).log2(), p.min(ymax))).collect();
+                chart
+                    .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(3)))
+                    .map_err(err)?;
+                chart
+                    .draw_series(
+                        pts.iter()
+                            .map(|&p| EmptyElement::at(p) + Rectangle::new([(-4, -4), (4, 4)], c.filled())),
+                    )
+                    .map_err(err)?;
             }
         }
+        // Legend.
+        let mut lx = 40i32;
+        let ly = (TOP + panels_y * PANEL_H + 20) as i32;
+        let style = TextStyle::from(("sans-serif", 18).into_font());
+        for k in &kernels {
+            root.draw(&Rectangle::new([(lx, ly), (lx + 24, ly + 14)], colour(k).filled()))
+                .map_err(err)?;
+            let (tw, _) = root.estimate_text_size(k, &style).map_err(err)?;
+            root.draw(&Text::new(k.to_string(), (lx + 32, ly - 2), style.clone()))
+                .map_err(err)?;
+            lx += 32 + tw as i32 + 24;
+        }
+        root.present().map_err(err)?;
     }
-    // Legend.
-    let mut lx = 40i64;
-    let ly = (TOP + panels_y * PANEL_H + 20) as i64;
-    for k in &kernels {
-        cv.rect(lx, ly, lx + 24, ly + 14, colour(k));
-        lx += 32 + cv.text(lx + 32, ly, k, 2, black) + 24;
+    png_bytes(&buf, W, h)
+}
+
+/// An RGB buffer as PNG bytes.
+fn png_bytes(rgb: &[u8], w: usize, h: usize) -> Result<Vec<u8>, String> {
+    let mut out = vec![];
+    {
+        let mut enc = png::Encoder::new(&mut out, w as u32, h as u32);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut wr = enc.write_header().map_err(|e| format!("encoding the plot: {e}"))?;
+        wr.write_image_data(rgb)
+            .map_err(|e| format!("encoding the plot: {e}"))?;
+        wr.finish().map_err(|e| format!("encoding the plot: {e}"))?;
     }
-    cv.png()
+    Ok(out)
 }
 
 /// Renders and writes the plot.
