@@ -388,6 +388,25 @@ impl<T> Clone for DeviceSlice<'_, T> {
 }
 impl<T> Copy for DeviceSlice<'_, T> {}
 
+/// The accessors both borrowed slice types share.
+macro_rules! slice_accessors {
+    ($t:ident) => {
+        impl<T> $t<'_, T> {
+            pub fn len(&self) -> usize {
+                self.len
+            }
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+            pub fn backend(&self) -> Backend {
+                self.backend
+            }
+        }
+    };
+}
+slice_accessors!(DeviceSlice);
+slice_accessors!(DeviceSliceMut);
+
 impl<'a, T> DeviceSlice<'a, T> {
     /// Engine memory as a slice.
     ///
@@ -401,15 +420,6 @@ impl<'a, T> DeviceSlice<'a, T> {
             backend,
             _life: PhantomData,
         }
-    }
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    pub fn backend(&self) -> Backend {
-        self.backend
     }
     pub fn as_ptr(&self) -> *const T {
         self.ptr
@@ -437,15 +447,6 @@ impl<'a, T> DeviceSliceMut<'a, T> {
             backend,
             _life: PhantomData,
         }
-    }
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    pub fn backend(&self) -> Backend {
-        self.backend
     }
     pub fn as_slice(&self) -> DeviceSlice<'_, T> {
         DeviceSlice {

@@ -68,26 +68,8 @@ pub fn decode(
     layer: usize,
     o: &mut ActViewMut<'_>,
 ) -> Result<()> {
-    ring.check_pool(pool)?;
-    ring.check_step(step)?;
-    let rows = DecodeRows::<Host> {
-        slots: &step.slots,
-        positions: &step.positions,
-        force_flush: Some(&step.force_flush),
-    };
-    let rinp = RecurrentInputs {
-        variant: inp.variant,
-        dims: inp.dims,
-        q: inp.q,
-        k: inp.k,
-        v: inp.v,
-        gate: inp.gate.shorten(),
-        cu_seqlens: &step.cu_seqlens,
-        slots: &step.slots,
-        scale: inp.scale,
-        qk_l2norm: inp.qk_l2norm,
-    };
-    check_decode(backend, &rinp, pool, ring, &rows, layer, o)?;
+    let (rows, rinp) = host_step(inp, step);
+    check_host_decode(backend, &rinp, pool, ring, step, &rows, layer, o)?;
     match backend {
         Backend::Reference => {
             decode_reference(&rinp, pool, ring, step, layer, o);
@@ -109,8 +91,12 @@ pub fn validate_decode(
     layer: usize,
     o: &ActViewMut<'_>,
 ) -> Result<()> {
-    ring.check_pool(pool)?;
-    ring.check_step(step)?;
+    let (rows, rinp) = host_step(inp, step);
+    check_host_decode(backend, &rinp, pool, ring, step, &rows, layer, o)
+}
+
+/// A host step's rows, and the step's inputs as kernel R's token inputs (one token per row).
+fn host_step<'a: 's, 's>(inp: &DecodeInputs<'a>, step: &'s DecodeStep) -> (DecodeRows<'s, Host>, RecurrentInputs<'s>) {
     let rows = DecodeRows::<Host> {
         slots: &step.slots,
         positions: &step.positions,
@@ -122,13 +108,32 @@ pub fn validate_decode(
         q: inp.q,
         k: inp.k,
         v: inp.v,
+        // Inputs are invariant in their lifetime (fields are projections): shortened to the step's.
         gate: inp.gate.shorten(),
         cu_seqlens: &step.cu_seqlens,
         slots: &step.slots,
         scale: inp.scale,
         qk_l2norm: inp.qk_l2norm,
     };
-    check_decode(backend, &rinp, pool, ring, &rows, layer, o)
+    (rows, rinp)
+}
+
+/// The host call's checks: the ring's pool and step first (as before the device path existed),
+/// then the launch's.
+#[allow(clippy::too_many_arguments)]
+fn check_host_decode(
+    backend: Backend,
+    rinp: &RecurrentInputs<'_>,
+    pool: &CheckpointPool,
+    ring: &DecodeRing,
+    step: &DecodeStep,
+    rows: &DecodeRows<'_, Host>,
+    layer: usize,
+    o: &ActViewMut<'_>,
+) -> Result<()> {
+    ring.check_pool(pool)?;
+    ring.check_step(step)?;
+    check_decode(backend, rinp, pool, ring, rows, layer, o)
 }
 
 /// The checks of a D launch, its inputs seen as kernel R's token inputs (one token per row).
