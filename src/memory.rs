@@ -182,9 +182,12 @@ enum Store<T> {
     Emulated(Vec<T>),
     #[cfg(replayssm_cuda)]
     Cuda(crate::runtime::cuda::DeviceBuffer),
+    /// The engine's memory ([`DeviceVec::from_raw_parts`]): never freed here.
+    Borrowed(*mut T),
 }
 
-/// An owned buffer of `len` elements in device memory of one backend.
+/// A buffer of `len` elements in device memory of one backend: owned by the library, or the
+/// engine's own allocation lent for the buffer's life ([`DeviceVec::from_raw_parts`]).
 pub struct DeviceVec<T: Pod> {
     backend: Backend,
     len: usize,
@@ -257,6 +260,21 @@ impl<T: Pod> DeviceVec<T> {
         Ok(DeviceVec { backend, len, store })
     }
 
+    /// The engine's allocation as a buffer the library does not free: a pool, ring or cursor
+    /// array the engine already owns (SGLang's state tensor, a `cudaMalloc`, a cudarc slice).
+    ///
+    /// # Safety
+    /// `ptr` addresses `len` elements of device memory of `backend` (on Emulated: host memory),
+    /// aligned for `T` (16 bytes for a checkpoint pool on Cuda), that stay allocated and are used
+    /// by nobody else while the returned buffer (and anything built on it) is in use.
+    pub unsafe fn from_raw_parts(backend: Backend, ptr: *mut T, len: usize) -> Self {
+        DeviceVec {
+            backend,
+            len,
+            store: Store::Borrowed(ptr),
+        }
+    }
+
     /// `len` zeros in device memory of `backend`.
     pub fn zeros(backend: Backend, len: usize) -> Result<Self> {
         Self::filled(backend, len, 0)
@@ -301,6 +319,14 @@ impl<T: Pod> DeviceVec<T> {
             // included), then waited for: `src` may be freed when this returns.
             #[cfg(replayssm_cuda)]
             Store::Cuda(b) => b.copy_from_on(bytemuck::cast_slice(src), stream.as_raw())?,
+            Store::Borrowed(p) => match self.backend {
+                #[cfg(replayssm_cuda)]
+                Backend::Cuda => {
+                    crate::runtime::cuda::copy_htod_on((*p).cast(), bytemuck::cast_slice(src), stream.as_raw())?
+                }
+                // SAFETY: `len` elements of host memory lent exclusively (from_raw_parts).
+                _ => unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), *p, src.len()) },
+            },
         }
         Ok(())
     }
@@ -315,6 +341,16 @@ impl<T: Pod> DeviceVec<T> {
             Store::Emulated(v) => dst.copy_from_slice(v),
             #[cfg(replayssm_cuda)]
             Store::Cuda(b) => b.copy_to_on(bytemuck::cast_slice_mut(dst), stream.as_raw())?,
+            Store::Borrowed(p) => match self.backend {
+                #[cfg(replayssm_cuda)]
+                Backend::Cuda => crate::runtime::cuda::copy_dtoh_on(
+                    bytemuck::cast_slice_mut(dst),
+                    (*p).cast_const().cast(),
+                    stream.as_raw(),
+                )?,
+                // SAFETY: `len` elements of host memory lent (from_raw_parts).
+                _ => unsafe { std::ptr::copy_nonoverlapping(*p, dst.as_mut_ptr(), dst.len()) },
+            },
         }
         Ok(())
     }
@@ -341,6 +377,7 @@ impl<T: Pod> DeviceVec<T> {
             Store::Emulated(v) => v.as_ptr(),
             #[cfg(replayssm_cuda)]
             Store::Cuda(b) => b.ptr() as *const T,
+            Store::Borrowed(p) => *p,
         }
     }
     pub(crate) fn ptr_mut(&mut self) -> *mut T {
@@ -348,6 +385,7 @@ impl<T: Pod> DeviceVec<T> {
             Store::Emulated(v) => v.as_mut_ptr(),
             #[cfg(replayssm_cuda)]
             Store::Cuda(b) => b.ptr() as *mut T,
+            Store::Borrowed(p) => *p,
         }
     }
 
@@ -524,6 +562,18 @@ impl DeviceAct {
             DType::F16 => DeviceAct::F16(DeviceVec::poisoned(backend, len)?),
             DType::BF16 => DeviceAct::BF16(DeviceVec::poisoned(backend, len)?),
         })
+    }
+
+    /// The engine's activation buffer (`len` elements of `dtype` at `ptr`), not freed here.
+    ///
+    /// # Safety
+    /// As [`DeviceVec::from_raw_parts`].
+    pub unsafe fn from_raw_parts(backend: Backend, dtype: DType, ptr: *mut c_void, len: usize) -> Self {
+        match dtype {
+            DType::F32 => DeviceAct::F32(DeviceVec::from_raw_parts(backend, ptr.cast(), len)),
+            DType::F16 => DeviceAct::F16(DeviceVec::from_raw_parts(backend, ptr.cast(), len)),
+            DType::BF16 => DeviceAct::BF16(DeviceVec::from_raw_parts(backend, ptr.cast(), len)),
+        }
     }
 
     /// A copy of `src` on the stream's backend (an explicit transfer).

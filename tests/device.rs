@@ -502,3 +502,83 @@ fn a_device_decode_with_fewer_tokens_than_rows_is_refused() {
         "o written"
     );
 }
+
+/// The engine's own buffers as the pool and ring (borrowed, not freed by the library): a step on
+/// them gives the owned pool's bits, and the results land in the engine's memory.
+#[test]
+fn a_pool_and_ring_borrowed_from_the_engine_serve_like_owned_ones() {
+    let data = RecurrentData::random(&spec(Variant::Gdn, DIMS, DType::BF16, &[3, 2]), 11);
+    let (shape, pool) = pool_for(&data, 2, 4, 11);
+    let stream = emulated();
+    let d = data.dims;
+    let n = data.num_tokens();
+    // Owned device memory.
+    let mut owned = pool.to_device(&stream).unwrap();
+    let mut owned_ring = SpecRing::for_pool(&owned, 4, DType::BF16, true).unwrap();
+    // The engine's buffers (host memory stands for device memory on Emulated).
+    let mut state = pool.state().to_vec();
+    let ls = shape.layers * shape.slots * shape.window;
+    let mut rv = ActBuffer::nan(DType::BF16, ls * d.hv * d.v);
+    let mut rk = ActBuffer::nan(DType::BF16, ls * d.h * d.k);
+    let mut rg = vec![f32::NAN; ls * d.hv];
+    let mut rb = vec![f32::NAN; ls * d.hv];
+    let cfg = pool.config().clone();
+    // SAFETY: every buffer outlives the pool and ring built on it, and is touched by nothing else
+    // meanwhile.
+    let (mut borrowed, mut borrowed_ring) = unsafe {
+        let p = CheckpointPool::from_raw_parts(Backend::Emulated, &cfg, d, 2, shape.slots, state.as_mut_ptr()).unwrap();
+        let r = SpecRing::from_raw_parts(
+            &p,
+            4,
+            DType::BF16,
+            true,
+            rv.as_bytes_mut().as_mut_ptr().cast(),
+            rk.as_bytes_mut().as_mut_ptr().cast(),
+            rg.as_mut_ptr(),
+            rb.as_mut_ptr(),
+        )
+        .unwrap();
+        (p, r)
+    };
+    let tokens = DeviceTokens::upload(&stream, &data.inputs()).unwrap();
+    let (slots, accept) = (ints(&stream, &data.slots), ints(&stream, &[2, 1]));
+    let mut outs = vec![];
+    for (p, r) in [(&mut owned, &mut owned_ring), (&mut borrowed, &mut borrowed_ring)] {
+        let mut o = DeviceAct::poisoned(Backend::Emulated, DType::BF16, n * d.hv * d.v).unwrap();
+        for layer in 0..2 {
+            stream
+                .verify(&tokens.inputs(), p, layer, &mut o.dense_mut(n, d.hv * d.v), Some(r))
+                .unwrap();
+        }
+        stream.fold(p, r, slots.as_slice(), accept.as_slice(), None).unwrap();
+        outs.push((act_bits(&o.to_host(&stream).unwrap()), bits(&p.state_vec(&stream))));
+    }
+    assert_eq!(outs[0], outs[1], "borrowed and owned memory give the same bits");
+    drop(borrowed_ring);
+    drop(borrowed);
+    // The fold wrote the engine's own tensor, and the ring records are in its buffers.
+    assert_eq!(bits(&state), outs[1].1);
+    assert_ne!(bits(&state), bits(pool.state()), "the fold changed the engine's pool");
+    assert!(rb.iter().any(|x| x.is_finite()), "the verify wrote the engine's ring");
+    // A borrowed pool is gated like an owned one.
+    let off = resolve(&EngineFlags::buffered_decode(Variant::Gdn, 3)).unwrap();
+    let mut other = pool.state().to_vec();
+    // SAFETY: as above.
+    let p = unsafe { CheckpointPool::from_raw_parts(Backend::Emulated, &off, d, 2, shape.slots, other.as_mut_ptr()) }
+        .unwrap();
+    // SAFETY: never dereferenced: the gate refuses first.
+    let e = unsafe {
+        SpecRing::from_raw_parts(
+            &p,
+            4,
+            DType::BF16,
+            true,
+            rv.as_bytes_mut().as_mut_ptr().cast(),
+            rk.as_bytes_mut().as_mut_ptr().cast(),
+            rg.as_mut_ptr(),
+            rb.as_mut_ptr(),
+        )
+    }
+    .unwrap_err();
+    assert!(matches!(e, Error::Gate(_)), "{e:?}");
+}

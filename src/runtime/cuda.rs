@@ -156,27 +156,13 @@ impl DeviceBuffer {
     /// stream's work, whether or not the stream blocks on the legacy default stream).
     pub(crate) fn copy_from_on(&mut self, src: &[u8], stream: *mut std::ffi::c_void) -> Result<()> {
         assert!(src.len() <= self.bytes);
-        // SAFETY: the allocation holds at least src.len() bytes; `stream` is live (caller).
-        check("cudaMemcpyAsync", unsafe {
-            crate::ffi::rssm_cuda_memcpy_htod_async(self.ptr, src.as_ptr().cast(), src.len() as u64, stream)
-        })?;
-        // SAFETY: as above.
-        check("cudaStreamSynchronize", unsafe {
-            crate::ffi::rssm_cuda_stream_synchronize(stream)
-        })
+        copy_htod_on(self.ptr, src, stream)
     }
 
     /// Copies the start of the buffer into `dst` on `stream` and waits for it.
     pub(crate) fn copy_to_on(&self, dst: &mut [u8], stream: *mut std::ffi::c_void) -> Result<()> {
         assert!(dst.len() <= self.bytes);
-        // SAFETY: dst holds dst.len() <= self.bytes bytes; `stream` is live (caller).
-        check("cudaMemcpyAsync", unsafe {
-            crate::ffi::rssm_cuda_memcpy_dtoh_async(dst.as_mut_ptr().cast(), self.ptr, dst.len() as u64, stream)
-        })?;
-        // SAFETY: as above.
-        check("cudaStreamSynchronize", unsafe {
-            crate::ffi::rssm_cuda_stream_synchronize(stream)
-        })
+        copy_dtoh_on(dst, self.ptr, stream)
     }
 
     /// A blocking copy of the start of the buffer into `dst`.
@@ -205,4 +191,31 @@ impl Drop for DeviceBuffer {
 pub fn synchronize() -> Result<()> {
     // SAFETY: no arguments.
     check("cudaDeviceSynchronize", unsafe { crate::ffi::rssm_cuda_synchronize() })
+}
+
+/// Copies `src` to device address `dst` on `stream` and waits for it. `dst` covers `src.len()`
+/// bytes (the callers' buffers say so).
+#[cfg(replayssm_cuda)]
+pub(crate) fn copy_htod_on(dst: *mut std::ffi::c_void, src: &[u8], stream: *mut std::ffi::c_void) -> Result<()> {
+    // SAFETY: the caller's buffer covers the bytes; `stream` is live.
+    check("cudaMemcpyAsync", unsafe {
+        crate::ffi::rssm_cuda_memcpy_htod_async(dst, src.as_ptr().cast(), src.len() as u64, stream)
+    })?;
+    // SAFETY: as above.
+    check("cudaStreamSynchronize", unsafe {
+        crate::ffi::rssm_cuda_stream_synchronize(stream)
+    })
+}
+
+/// Copies `dst.len()` bytes from device address `src` into `dst` on `stream` and waits for it.
+#[cfg(replayssm_cuda)]
+pub(crate) fn copy_dtoh_on(dst: &mut [u8], src: *const std::ffi::c_void, stream: *mut std::ffi::c_void) -> Result<()> {
+    // SAFETY: the caller's buffer covers the bytes; `stream` is live.
+    check("cudaMemcpyAsync", unsafe {
+        crate::ffi::rssm_cuda_memcpy_dtoh_async(dst.as_mut_ptr().cast(), src, dst.len() as u64, stream)
+    })?;
+    // SAFETY: as above.
+    check("cudaStreamSynchronize", unsafe {
+        crate::ffi::rssm_cuda_stream_synchronize(stream)
+    })
 }

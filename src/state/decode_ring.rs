@@ -109,6 +109,27 @@ fn ring_buffer<T: crate::dtype::Pod + std::fmt::Debug + Send + Sync, S: Storage<
     })
 }
 
+/// The gates of a decode ring (SPEC §5 P1); returns the cache length `L`.
+fn attach_gates<M: Memory>(pool: &CheckpointPool<M>) -> Result<usize> {
+    if pool.role() != PoolRole::Local {
+        return Err(GateError::RingOnDisaggregatedPool {
+            role: match pool.role() {
+                PoolRole::PdDecode => "disaggregated decode",
+                _ => "disaggregated prefill",
+            },
+            role_flag: pool.role().flag_value(),
+        }
+        .into());
+    }
+    let Mode::Buffered { cache_len } = pool.mode() else {
+        return Err(GateError::RingWithoutBufferedDecode.into());
+    };
+    if cache_len == 0 || cache_len > MAX_CACHE_LEN {
+        return Err(GateError::CacheLen { got: cache_len as i64 }.into());
+    }
+    Ok(cache_len)
+}
+
 static NEXT_RING_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<M: Memory> DecodeRing<M> {
@@ -116,22 +137,7 @@ impl<M: Memory> DecodeRing<M> {
     /// when the pool is a disaggregated prefill or decode pool, or was not resolved with
     /// buffered decode.
     pub fn attach(pool: &CheckpointPool<M>) -> Result<Self> {
-        if pool.role() != PoolRole::Local {
-            return Err(GateError::RingOnDisaggregatedPool {
-                role: match pool.role() {
-                    PoolRole::PdDecode => "disaggregated decode",
-                    _ => "disaggregated prefill",
-                },
-                role_flag: pool.role().flag_value(),
-            }
-            .into());
-        }
-        let Mode::Buffered { cache_len } = pool.mode() else {
-            return Err(GateError::RingWithoutBufferedDecode.into());
-        };
-        if cache_len == 0 || cache_len > MAX_CACHE_LEN {
-            return Err(GateError::CacheLen { got: cache_len as i64 }.into());
-        }
+        let cache_len = attach_gates(pool)?;
         let s = pool.shape();
         let d = s.dims;
         let at = pool.location();
@@ -167,6 +173,47 @@ impl<M: Memory> DecodeRing<M> {
 }
 
 impl DecodeRing<Device> {
+    /// The engine's own decode-ring buffers for `pool` (cache length `L` from its
+    /// configuration): `d [NL, NS, HV, L, V]`, `k [NL, NS, H, L, K]`, `g [NL, NS, HV, L]` (KDA
+    /// `[.., K]`) f32 and `cursors [NS]` i32 (their current values are kept). Refused as
+    /// [`DecodeRing::attach`] is.
+    ///
+    /// # Safety
+    /// As [`DeviceVec::from_raw_parts`] for each buffer at the extent above, on the pool's backend.
+    pub unsafe fn from_raw_parts(
+        pool: &CheckpointPool<Device>,
+        d: *mut f32,
+        k: *mut f32,
+        g: *mut f32,
+        cursors: *mut i32,
+    ) -> Result<Self> {
+        let cache_len = attach_gates(pool)?;
+        let Location::Device(backend) = pool.location() else {
+            unreachable!("a device pool is in device memory")
+        };
+        let s = pool.shape();
+        let dims = s.dims;
+        let recs = s
+            .layers
+            .checked_mul(s.slots)
+            .and_then(|x| x.checked_mul(cache_len))
+            .ok_or(Error::InvalidValue {
+                what: "decode ring",
+                why: format!("{s:?} x L = {cache_len} overflows"),
+            })?;
+        Ok(DecodeRing {
+            shape: s,
+            cache_len,
+            d: DeviceVec::from_raw_parts(backend, d, recs * dims.hv * dims.v),
+            k: DeviceVec::from_raw_parts(backend, k, recs * dims.h * dims.k),
+            g: DeviceVec::from_raw_parts(backend, g, recs * dims.hv * dims.gate_width(s.variant)),
+            write_pos: DeviceVec::from_raw_parts(backend, cursors, s.slots),
+            generation: 0,
+            pool: pool.id(),
+            id: NEXT_RING_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
     /// Copies records and cursors into `host`, a ring of the same shape (explicit downloads;
     /// `host`'s earlier steps become stale when a cursor changed).
     pub fn download_into(&self, stream: &Stream, host: &mut DecodeRing<Host>) -> Result<()> {

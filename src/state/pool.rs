@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::backend::Backend;
 use crate::config::{Mode, PoolRole, ResolvedConfig};
 use crate::error::{Error, Result};
-use crate::memory::{Device, DeviceSlice, DeviceSliceMut, Host, Location, Memory, Storage, Stream};
+use crate::memory::{Device, DeviceSlice, DeviceSliceMut, DeviceVec, Host, Location, Memory, Storage, Stream};
 use crate::problem::{HeadDims, Variant};
 
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
@@ -50,6 +50,26 @@ impl PoolShape {
     }
 }
 
+/// The shape of a pool for `config` and its element count, checked.
+fn checked_shape(config: &ResolvedConfig, dims: HeadDims, layers: usize, slots: usize) -> Result<(PoolShape, usize)> {
+    let shape = PoolShape {
+        variant: config.kind,
+        dims,
+        layers,
+        slots,
+    };
+    shape.validate()?;
+    let elems = shape
+        .layers
+        .checked_mul(shape.slots)
+        .and_then(|x| x.checked_mul(dims.state_elems()))
+        .ok_or_else(|| Error::InvalidValue {
+            what: "pool shape",
+            why: format!("{shape:?} overflows"),
+        })?;
+    Ok((shape, elems))
+}
+
 /// An f32 checkpoint pool in host memory (the default) or device memory
 /// ([`CheckpointPool::new_device`], [`CheckpointPool::to_device`]); zeros at creation.
 #[derive(Debug)]
@@ -68,25 +88,15 @@ impl<M: Memory> CheckpointPool<M> {
         layers: usize,
         slots: usize,
     ) -> Result<Self> {
-        let shape = PoolShape {
-            variant: config.kind,
-            dims,
-            layers,
-            slots,
-        };
-        shape.validate()?;
-        let elems = shape
-            .layers
-            .checked_mul(shape.slots)
-            .and_then(|x| x.checked_mul(dims.state_elems()))
-            .ok_or_else(|| Error::InvalidValue {
-                what: "pool shape",
-                why: format!("{shape:?} overflows"),
-            })?;
+        let (shape, elems) = checked_shape(config, dims, layers, slots)?;
+        Self::with_state(config, shape, Storage::alloc(location, elems, false)?)
+    }
+
+    fn with_state(config: &ResolvedConfig, shape: PoolShape, state: M::Vec<f32>) -> Result<Self> {
         Ok(CheckpointPool {
             config: config.clone(),
             shape,
-            state: Storage::alloc(location, elems, false)?,
+            state,
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
@@ -206,6 +216,24 @@ impl CheckpointPool<Device> {
         slots: usize,
     ) -> Result<Self> {
         Self::zeros_in(Location::Device(backend), config, dims, layers, slots)
+    }
+
+    /// The engine's own checkpoint tensor `[NL, NS, HV, V, K]` f32 at `state` as a pool (its
+    /// contents are kept; the library never frees it). The gates hold as for an owned pool.
+    ///
+    /// # Safety
+    /// As [`DeviceVec::from_raw_parts`] for `layers * slots * HV * V * K` f32 at `state`
+    /// (16-byte aligned on Cuda).
+    pub unsafe fn from_raw_parts(
+        backend: Backend,
+        config: &ResolvedConfig,
+        dims: HeadDims,
+        layers: usize,
+        slots: usize,
+        state: *mut f32,
+    ) -> Result<Self> {
+        let (shape, elems) = checked_shape(config, dims, layers, slots)?;
+        Self::with_state(config, shape, DeviceVec::from_raw_parts(backend, state, elems))
     }
 
     /// The checkpoints `[NL, NS, HV, V, K]`, for an engine's own kernels.

@@ -190,6 +190,49 @@ impl SpecRing<Host> {
 }
 
 impl SpecRing<Device> {
+    /// The engine's own ring buffers for `pool` (window `W`, act dtype `dtype`): raw values
+    /// `v [NL, NS, HV, W, V]` and keys `k [NL, NS, H, W, K]` of `dtype`, `g [NL, NS, HV, W]`
+    /// (KDA `[.., K]`) and `beta [NL, NS, HV, W]` f32. Refused as [`SpecRing::for_pool`] is.
+    ///
+    /// # Safety
+    /// As [`DeviceVec::from_raw_parts`] for each buffer at the extent above, on the pool's backend.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn from_raw_parts(
+        pool: &CheckpointPool<Device>,
+        window: usize,
+        dtype: DType,
+        l2norm: bool,
+        v: *mut std::ffi::c_void,
+        k: *mut std::ffi::c_void,
+        g: *mut f32,
+        beta: *mut f32,
+    ) -> Result<Self> {
+        check_spec_pool(pool)?;
+        let Location::Device(backend) = pool.location() else {
+            unreachable!("a device pool is in device memory")
+        };
+        let p = pool.shape();
+        let shape = RingShape {
+            variant: p.variant,
+            dims: p.dims,
+            dtype,
+            layers: p.layers,
+            slots: p.slots,
+            window,
+        };
+        shape.validate()?;
+        let d = shape.dims;
+        let ls = shape.layers * shape.slots * shape.window;
+        Ok(SpecRing {
+            shape,
+            v: DeviceAct::from_raw_parts(backend, dtype, v, ls * d.hv * d.v),
+            k: DeviceAct::from_raw_parts(backend, dtype, k, ls * d.h * d.k),
+            g: DeviceVec::from_raw_parts(backend, g, ls * d.hv * d.gate_width(shape.variant)),
+            beta: DeviceVec::from_raw_parts(backend, beta, ls * d.hv),
+            l2norm,
+        })
+    }
+
     /// A host copy (an explicit download; synchronises the stream).
     pub fn to_host(&self, stream: &Stream) -> Result<SpecRing<Host>> {
         Ok(SpecRing {
