@@ -61,11 +61,6 @@ pub fn check_view(tensor: &'static str, view: &impl ActLayout, tokens: usize, ro
     check_strided(tensor, view.buf_len(), offset, t, r, stride, tokens, row)
 }
 
-/// [`check_view`] of an output view (the same rule).
-pub fn check_view_mut(tensor: &'static str, view: &impl ActLayout, tokens: usize, row: usize) -> Result<()> {
-    check_view(tensor, view, tokens, row)
-}
-
 #[allow(clippy::too_many_arguments)]
 fn check_strided(
     tensor: &'static str,
@@ -152,12 +147,18 @@ pub fn check_seqlens(cu: &[i32], num_tokens: usize) -> Result<(usize, usize)> {
         )));
     }
     let batch = cu.len() - 1;
+    check_batch(batch)?;
+    Ok((batch, max_len.max(1)))
+}
+
+/// The requests of one launch (`cu_seqlens` has `B + 1` entries) within the grid's limit.
+pub fn check_batch(batch: usize) -> Result<()> {
     if batch > MAX_BATCH {
         return Err(Error::SeqLens(format!(
             "{batch} requests exceed the launch limit of {MAX_BATCH}"
         )));
     }
-    Ok((batch, max_len.max(1)))
+    Ok(())
 }
 
 /// Checks slot indices: `-1` or `0..num_slots`, live slots distinct.

@@ -3,9 +3,10 @@
 //! ([`Host`] memory, or [`Device`] memory through a [`crate::memory::Stream`]).
 
 use crate::backend::Backend;
-use crate::checks::{check_dtype, check_kernel_head_dim, check_len, check_seqlens, check_slots, check_view};
+use crate::checks::{
+    check_batch, check_dtype, check_kernel_head_dim, check_len, check_seqlens, check_slots, check_view,
+};
 use crate::error::{Error, Result};
-use crate::limits::MAX_BATCH;
 use crate::memory::{ActLayout, ActLayoutMut, Device, Host, Memory, SeqlensRef, SliceRef};
 use crate::problem::{HeadDims, Variant};
 use crate::runtime::launch::Exec;
@@ -137,11 +138,7 @@ pub(crate) fn seqlens(cu: &impl SeqlensRef, num_tokens: usize) -> Result<(usize,
         return Err(Error::SeqLens(format!("needs B + 1 >= 2 entries, got {}", cu.len())));
     }
     let batch = cu.len() - 1;
-    if batch > MAX_BATCH {
-        return Err(Error::SeqLens(format!(
-            "{batch} requests exceed the launch limit of {MAX_BATCH}"
-        )));
-    }
+    check_batch(batch)?;
     // As on the host: at least 1 (an all-empty batch launches and does nothing).
     let max_seqlen = cu.max_seqlen().unwrap_or(num_tokens).max(1);
     if max_seqlen > num_tokens.max(1) {

@@ -167,6 +167,11 @@ fn check_decode<M: Memory>(
 
 /// The per-row arrays of a decode step hold one entry per row.
 fn check_rows<M: Memory>(batch: usize, rows: &DecodeRows<'_, M>) -> Result<()> {
+    check_row_lengths(batch, rows.positions.len(), rows.force_flush.as_ref().map(|f| f.len()))
+}
+
+/// `B` rows within the launch limit, and `positions` / `force_flush` with one entry per row.
+fn check_row_lengths(batch: usize, positions: usize, force_flush: Option<usize>) -> Result<()> {
     if batch == 0 || batch > 65535 {
         return Err(Error::Shape {
             tensor: "slots",
@@ -174,8 +179,7 @@ fn check_rows<M: Memory>(batch: usize, rows: &DecodeRows<'_, M>) -> Result<()> {
             got: format!("[{batch}]"),
         });
     }
-    let f = rows.force_flush.as_ref().map_or(batch, |f| f.len());
-    for (tensor, len) in [("positions", rows.positions.len()), ("force_flush", f)] {
+    for (tensor, len) in [("positions", positions), ("force_flush", force_flush.unwrap_or(batch))] {
         if len != batch {
             return Err(Error::Shape {
                 tensor,
@@ -378,23 +382,7 @@ fn cursors_kernel(
         Positions::Read(p) => (p.len(), exec.slice("positions", p)?.cast_mut()),
         Positions::None => (b, std::ptr::null_mut()),
     };
-    if b == 0 || b > 65535 {
-        return Err(Error::Shape {
-            tensor: "slots",
-            expected: "[B] with 1 <= B <= 65535".into(),
-            got: format!("[{b}]"),
-        });
-    }
-    let f_len = force_flush.map_or(b, |f| f.len());
-    for (tensor, len) in [("positions", pos_len), ("force_flush", f_len)] {
-        if len != b {
-            return Err(Error::Shape {
-                tensor,
-                expected: format!("[{b}] (one per row)"),
-                got: format!("[{len}]"),
-            });
-        }
-    }
+    check_row_lengths(b, pos_len, force_flush.map(|f| f.len()))?;
     let params = ffi::rssm_cursor_params {
         cursors: exec.store_mut("decode ring cursors", &mut ring.write_pos)?,
         slots: exec.slice("slots", slots)?,

@@ -143,15 +143,6 @@ impl DeviceBuffer {
         Ok(Self { ptr, bytes })
     }
 
-    /// A blocking copy of `src` into the start of the buffer.
-    pub fn copy_from(&mut self, src: &[u8]) -> Result<()> {
-        assert!(src.len() <= self.bytes);
-        // SAFETY: the allocation holds at least src.len() bytes.
-        check("cudaMemcpy", unsafe {
-            crate::ffi::rssm_cuda_memcpy_htod(self.ptr, src.as_ptr().cast(), src.len() as u64)
-        })
-    }
-
     /// Copies `src` into the start of the buffer on `stream` and waits for it (ordered after the
     /// stream's work, whether or not the stream blocks on the legacy default stream).
     pub(crate) fn copy_from_on(&mut self, src: &[u8], stream: *mut std::ffi::c_void) -> Result<()> {
