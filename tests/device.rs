@@ -26,6 +26,13 @@ const DIMS: HeadDims = HeadDims {
     v: 32,
 };
 
+/// A fresh seed per run (SPEC §6), printed so that a failure can be replayed.
+fn fresh(n: u64) -> u64 {
+    let s = n + 1000 * std::process::id() as u64;
+    println!("seed {s}");
+    s
+}
+
 fn emulated() -> Stream {
     Stream::new(Backend::Emulated).unwrap()
 }
@@ -44,7 +51,10 @@ fn ints(stream: &Stream, v: &[i32]) -> DeviceVec<i32> {
 
 #[test]
 fn device_verify_fold_and_replay_match_the_host_calls_bit_for_bit() {
-    for (variant, dtype, seed) in [(Variant::Gdn, DType::BF16, 1), (Variant::Kda, DType::F32, 2)] {
+    for (variant, dtype, seed) in [
+        (Variant::Gdn, DType::BF16, fresh(1)),
+        (Variant::Kda, DType::F32, fresh(2)),
+    ] {
         let data = RecurrentData::random(&spec(variant, DIMS, dtype, &[4, 2, 3]), seed);
         let (shape, mut pool) = pool_for(&data, 2, 4, seed);
         let d = data.dims;
@@ -149,7 +159,7 @@ impl StateVec for CheckpointPool<Device> {
 
 #[test]
 fn device_recurrent_matches_the_host_call_bit_for_bit() {
-    let data = RecurrentData::random(&spec(Variant::Kda, DIMS, DType::BF16, &[5, 3]), 3);
+    let data = RecurrentData::random(&spec(Variant::Kda, DIMS, DType::BF16, &[5, 3]), fresh(3));
     let d = data.dims;
     let n = data.num_tokens();
     let stream = emulated();
@@ -195,10 +205,11 @@ fn device_recurrent_matches_the_host_call_bit_for_bit() {
 #[test]
 fn device_tree_verify_and_fold_match_the_host_calls_bit_for_bit() {
     let seqlens = [4usize, 3];
-    let data = RecurrentData::random(&spec(Variant::Gdn, DIMS, DType::F32, &seqlens), 4);
+    let seed = fresh(4);
+    let data = RecurrentData::random(&spec(Variant::Gdn, DIMS, DType::F32, &seqlens), seed);
     let cu = data.cu_seqlens.clone();
     let tree = DraftTree::new(vec![-1, 0, 0, 1, -1, 0, 0], &cu).unwrap();
-    let (shape, mut pool) = pool_for(&data, 1, 4, 4);
+    let (shape, mut pool) = pool_for(&data, 1, 4, seed);
     let d = data.dims;
     let n = data.num_tokens();
     let stream = emulated();
@@ -241,7 +252,7 @@ fn device_tree_verify_and_fold_match_the_host_calls_bit_for_bit() {
 
 #[test]
 fn a_device_decode_step_matches_the_host_step_bit_for_bit() {
-    let data = RecurrentData::random(&spec(Variant::Kda, DIMS, DType::BF16, &[1, 1, 1]), 5);
+    let data = RecurrentData::random(&spec(Variant::Kda, DIMS, DType::BF16, &[1, 1, 1]), fresh(5));
     let cfg = resolve(&EngineFlags::buffered_decode(Variant::Kda, 3)).unwrap();
     let ns = data.state.len() / data.dims.state_elems();
     let mut pool = CheckpointPool::new(&cfg, data.dims, 2, ns).unwrap();
@@ -507,8 +518,9 @@ fn a_device_decode_with_fewer_tokens_than_rows_is_refused() {
 /// them gives the owned pool's bits, and the results land in the engine's memory.
 #[test]
 fn a_pool_and_ring_borrowed_from_the_engine_serve_like_owned_ones() {
-    let data = RecurrentData::random(&spec(Variant::Gdn, DIMS, DType::BF16, &[3, 2]), 11);
-    let (shape, pool) = pool_for(&data, 2, 4, 11);
+    let seed = fresh(11);
+    let data = RecurrentData::random(&spec(Variant::Gdn, DIMS, DType::BF16, &[3, 2]), seed);
+    let (shape, pool) = pool_for(&data, 2, 4, seed);
     let stream = emulated();
     let d = data.dims;
     let n = data.num_tokens();
