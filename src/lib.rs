@@ -35,6 +35,7 @@ pub mod reference;
 pub mod runtime;
 pub mod state;
 pub mod tokens;
+pub mod tuning;
 
 pub use backend::Backend;
 pub use config::{resolve, EngineFlags, GateError, ResolvedConfig};

@@ -640,7 +640,7 @@ fn garbage_device_slots_and_cursors_are_skipped_and_stay_inside_the_buffers() {
                 dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
                 variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
                 qk_l2norm: 1,
-                reserved: 0,
+                ..Default::default()
             };
             // SAFETY: host buffers sized for these params; only the device-side indices are garbage.
             let st = unsafe {

@@ -285,62 +285,65 @@ fn fold_of_a_garbage_device_slot_is_skipped_and_stays_inside_the_pool() {
         ([0, 1], [2, 99], [-1, -1], [-1, -1], ffi::RSSM_DEVERR_BAD_LENGTH),
         ([0, 1], [2, 3], [-1, 77_777], [-1, 1], ffi::RSSM_DEVERR_TRACK_SLOT),
     ] {
-        let mut b = buf.clone();
-        let mut word = 0u32;
-        let d = shape.dims;
-        let p = ffi::rssm_fold_params {
-            state: b[guard..].as_mut_ptr(),
-            ring_v: ring.v.as_bytes().as_ptr().cast(),
-            ring_k: ring.k.as_bytes().as_ptr().cast(),
-            ring_g: ring.g.as_ptr(),
-            ring_beta: ring.beta.as_ptr(),
-            slots: slots.as_ptr(),
-            accept_lens: lens.as_ptr(),
-            track_slots: tslots.as_ptr(),
-            track_steps: tsteps.as_ptr(),
-            error_word: &mut word,
-            batch: 2,
-            num_slots: shape.slots as i32,
-            num_layers: shape.layers as i32,
-            window: shape.window as i32,
-            H: d.h as i32,
-            HV: d.hv as i32,
-            K: d.k as i32,
-            V: d.v as i32,
-            dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
-            variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
-            qk_l2norm: 1,
-            ..Default::default()
-        };
-        // SAFETY: host buffers sized for these params; only the device-side indices are garbage.
-        let st = unsafe { ffi::rssm_emu_fold(&p, std::ptr::null_mut()) };
-        assert_eq!(st, ffi::rssm_status_RSSM_OK);
-        assert_ne!(word & bit, 0, "{slots:?} {lens:?} {tslots:?}: not flagged");
-        assert!(
-            b[..guard].iter().all(|x| x.to_bits() == 0x7fc0_dead),
-            "write before the pool"
-        );
-        assert!(
-            b[guard + pool.state().len()..]
-                .iter()
-                .all(|x| x.to_bits() == 0x7fc0_beef),
-            "write after the pool"
-        );
-        // Request 0 was folded; the skipped request's slot 1 is untouched.
-        let per = d.state_elems();
-        for l in 0..shape.layers {
-            let s1 = shape.pool_offset(l, 1);
-            if bit != ffi::RSSM_DEVERR_TRACK_SLOT {
+        for imp in [ffi::rssm_impl_RSSM_IMPL_DEFAULT, ffi::rssm_impl_RSSM_IMPL_PREFETCH] {
+            let mut b = buf.clone();
+            let mut word = 0u32;
+            let d = shape.dims;
+            let p = ffi::rssm_fold_params {
+                state: b[guard..].as_mut_ptr(),
+                ring_v: ring.v.as_bytes().as_ptr().cast(),
+                ring_k: ring.k.as_bytes().as_ptr().cast(),
+                ring_g: ring.g.as_ptr(),
+                ring_beta: ring.beta.as_ptr(),
+                slots: slots.as_ptr(),
+                accept_lens: lens.as_ptr(),
+                track_slots: tslots.as_ptr(),
+                track_steps: tsteps.as_ptr(),
+                error_word: &mut word,
+                batch: 2,
+                num_slots: shape.slots as i32,
+                num_layers: shape.layers as i32,
+                window: shape.window as i32,
+                H: d.h as i32,
+                HV: d.hv as i32,
+                K: d.k as i32,
+                V: d.v as i32,
+                dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
+                variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
+                qk_l2norm: 1,
+                impl_: imp as i32,
+                ..Default::default()
+            };
+            // SAFETY: host buffers sized for these params; only the device-side indices are garbage.
+            let st = unsafe { ffi::rssm_emu_fold(&p, std::ptr::null_mut()) };
+            assert_eq!(st, ffi::rssm_status_RSSM_OK);
+            assert_ne!(word & bit, 0, "{slots:?} {lens:?} {tslots:?}: not flagged");
+            assert!(
+                b[..guard].iter().all(|x| x.to_bits() == 0x7fc0_dead),
+                "write before the pool"
+            );
+            assert!(
+                b[guard + pool.state().len()..]
+                    .iter()
+                    .all(|x| x.to_bits() == 0x7fc0_beef),
+                "write after the pool"
+            );
+            // Request 0 was folded; the skipped request's slot 1 is untouched.
+            let per = d.state_elems();
+            for l in 0..shape.layers {
+                let s1 = shape.pool_offset(l, 1);
+                if bit != ffi::RSSM_DEVERR_TRACK_SLOT {
+                    assert!(
+                        bits_equal(&b[guard + s1..guard + s1 + per], &pool.state()[s1..s1 + per]).is_ok(),
+                        "skipped slot changed"
+                    );
+                }
+                let s0 = shape.pool_offset(l, 0);
                 assert!(
-                    bits_equal(&b[guard + s1..guard + s1 + per], &pool.state()[s1..s1 + per]).is_ok(),
-                    "skipped slot changed"
+                    bits_equal(&b[guard + s0..guard + s0 + per], &pool.state()[s0..s0 + per]).is_err(),
+                    "request 0 not folded"
                 );
             }
-            let s0 = shape.pool_offset(l, 0);
-            assert!(
-                bits_equal(&b[guard + s0..guard + s0 + per], &pool.state()[s0..s0 + per]).is_err(),
-                "request 0 not folded"
-            );
         }
     }
 }

@@ -126,6 +126,7 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
     let state_movers = [
         "recurrent_kernel",
         "verify_kernel",
+        "verify_staged_kernel",
         "fold_kernel",
         "replay_kernel",
         "decode_kernel",
@@ -147,6 +148,13 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
             continue;
         }
         // Verify reads the checkpoint only; every other state mover also writes it.
+        if f.family == "verify_staged_kernel" {
+            // Its 8-lane layout reads every row as float4 chunks at every K, and it stores the
+            // staged outputs as 16-byte vectors.
+            assert!(ld128 > 0, "verify_staged_kernel EPL {}: no 128-bit state load", f.epl);
+            assert!(st128 > 0, "verify_staged_kernel EPL {}: no 128-bit output store", f.epl);
+            continue;
+        }
         let writes = f.family != "verify_kernel";
         match f.epl {
             4 | 8 => {

@@ -5,7 +5,7 @@
 //! device-side parents and paths skipped and flagged.
 mod common;
 
-use common::spec_chain::{pool_for, rng, run_verify, run_verify_tree, spec_pool};
+use common::spec_chain::{each_impl, pool_for, rng, run_verify, run_verify_tree, spec_pool};
 use common::*;
 use rand::Rng;
 use replayssm::backend::Backend;
@@ -15,6 +15,7 @@ use replayssm::reference;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::Track;
 use replayssm::tree::{AcceptedPaths, DraftTree, MAX_TREE_NODES};
+use replayssm::tuning::{self, Choice, Kernel};
 use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
 use replayssm_tools::staged::{fold_tree, verify_tree};
 use replayssm_tools::workload::{GateData, RecurrentData, TreeShape};
@@ -103,43 +104,50 @@ fn tree_outputs_match_f64_along_every_root_path() {
                 let naive_err = compare(&naive, &oracle, tol);
                 let what = format!("{shape:?} {variant} {dtype} {dims:?} seqlens {seqlens:?} seed {seed}");
 
-                let mut ring = SpecRing::new(ring_shape, data.qk_l2norm).unwrap();
-                let o = run_verify_tree(Backend::Emulated, &data, &tree, &pool, 1, Some(&mut ring)).unwrap();
-                let c = compare(&o.to_f32(), &oracle, tol);
-                println!("{what}: VT {c} | naive {:.2e}", naive_err.max_abs_err);
-                assert!(c.passed(), "{what}: {c}");
-                assert!(
-                    c.max_abs_err <= 2.0 * naive_err.max_abs_err.max(f64::MIN_POSITIVE),
-                    "{what}: {:.3e} > 2x naive {:.3e}",
-                    c.max_abs_err,
-                    naive_err.max_abs_err
-                );
-                // The null request's outputs are exact zeros.
-                let row = dims.hv * dims.v;
-                let null = data.cu_seqlens[1] as usize * row..data.cu_seqlens[2] as usize * row;
-                assert!(
-                    o.to_f32()[null].iter().all(|&x| x.to_bits() == 0),
-                    "{what}: null request"
-                );
-                // The checkpoint is read only.
-                bits_equal(pool.state(), &before).unwrap_or_else(|e| panic!("{what}: checkpoint changed: {e}"));
-                // The ring holds the window's raw records at window positions, exactly as V
-                // writes them (V's ring is checked against the raw inputs in tests/verify.rs).
-                let mut chain_ring = SpecRing::new(ring_shape, data.qk_l2norm).unwrap();
-                run_verify(Backend::Emulated, &data, &pool, 1, Some(&mut chain_ring)).unwrap();
-                assert_eq!(ring.v.to_f32().len(), chain_ring.v.to_f32().len());
-                bits_equal(&ring.v.to_f32(), &chain_ring.v.to_f32()).unwrap_or_else(|e| panic!("{what}: ring v {e}"));
-                bits_equal(&ring.k.to_f32(), &chain_ring.k.to_f32()).unwrap_or_else(|e| panic!("{what}: ring k {e}"));
-                bits_equal(&ring.g, &chain_ring.g).unwrap_or_else(|e| panic!("{what}: ring g {e}"));
-                bits_equal(&ring.beta, &chain_ring.beta).unwrap_or_else(|e| panic!("{what}: ring beta {e}"));
-                // Ring writing does not change the outputs.
-                let again = run_verify_tree(Backend::Emulated, &data, &tree, &pool, 1, None).unwrap();
-                assert_eq!(o, again, "{what}: ring writing changed the outputs");
-                // The Reference backend passes the same rule.
-                if ti % 2 == 0 {
-                    let o_ref = run_verify_tree(Backend::Reference, &data, &tree, &pool, 1, None).unwrap();
-                    let c_ref = compare(&o_ref.to_f32(), &oracle, tol);
-                    assert!(c_ref.passed(), "{what}: Reference backend {c_ref}");
+                // Every implementation of V runs the tree mode (VT).
+                for choice in Choice::all(Kernel::V) {
+                    let _pinned = tuning::force(Kernel::V, choice);
+                    let what = format!("VT {choice}: {what}");
+                    let mut ring = SpecRing::new(ring_shape, data.qk_l2norm).unwrap();
+                    let o = run_verify_tree(Backend::Emulated, &data, &tree, &pool, 1, Some(&mut ring)).unwrap();
+                    let c = compare(&o.to_f32(), &oracle, tol);
+                    println!("{what}: VT {c} | naive {:.2e}", naive_err.max_abs_err);
+                    assert!(c.passed(), "{what}: {c}");
+                    assert!(
+                        c.max_abs_err <= 2.0 * naive_err.max_abs_err.max(f64::MIN_POSITIVE),
+                        "{what}: {:.3e} > 2x naive {:.3e}",
+                        c.max_abs_err,
+                        naive_err.max_abs_err
+                    );
+                    // The null request's outputs are exact zeros.
+                    let row = dims.hv * dims.v;
+                    let null = data.cu_seqlens[1] as usize * row..data.cu_seqlens[2] as usize * row;
+                    assert!(
+                        o.to_f32()[null].iter().all(|&x| x.to_bits() == 0),
+                        "{what}: null request"
+                    );
+                    // The checkpoint is read only.
+                    bits_equal(pool.state(), &before).unwrap_or_else(|e| panic!("{what}: checkpoint changed: {e}"));
+                    // The ring holds the window's raw records at window positions, exactly as V
+                    // writes them (V's ring is checked against the raw inputs in tests/verify.rs).
+                    let mut chain_ring = SpecRing::new(ring_shape, data.qk_l2norm).unwrap();
+                    run_verify(Backend::Emulated, &data, &pool, 1, Some(&mut chain_ring)).unwrap();
+                    assert_eq!(ring.v.to_f32().len(), chain_ring.v.to_f32().len());
+                    bits_equal(&ring.v.to_f32(), &chain_ring.v.to_f32())
+                        .unwrap_or_else(|e| panic!("{what}: ring v {e}"));
+                    bits_equal(&ring.k.to_f32(), &chain_ring.k.to_f32())
+                        .unwrap_or_else(|e| panic!("{what}: ring k {e}"));
+                    bits_equal(&ring.g, &chain_ring.g).unwrap_or_else(|e| panic!("{what}: ring g {e}"));
+                    bits_equal(&ring.beta, &chain_ring.beta).unwrap_or_else(|e| panic!("{what}: ring beta {e}"));
+                    // Ring writing does not change the outputs.
+                    let again = run_verify_tree(Backend::Emulated, &data, &tree, &pool, 1, None).unwrap();
+                    assert_eq!(o, again, "{what}: ring writing changed the outputs");
+                    // The Reference backend passes the same rule.
+                    if ti % 2 == 0 {
+                        let o_ref = run_verify_tree(Backend::Reference, &data, &tree, &pool, 1, None).unwrap();
+                        let c_ref = compare(&o_ref.to_f32(), &oracle, tol);
+                        assert!(c_ref.passed(), "{what}: Reference backend {c_ref}");
+                    }
                 }
                 cases += 1;
             }
@@ -160,11 +168,20 @@ fn a_chain_tree_is_bit_identical_to_the_linear_verify() {
                 let data = RecurrentData::random(&spec(variant, dims, dtype, &seqlens), seed);
                 let tree = DraftTree::chain(&data.cu_seqlens).unwrap();
                 let (_, pool) = pool_for(&data, 1, MAX_TREE_NODES, seed);
-                let v = run_verify(backend, &data, &pool, 0, None).unwrap();
-                let vt = run_verify_tree(backend, &data, &tree, &pool, 0, None).unwrap();
-                bits_equal(&vt.to_f32(), &v.to_f32())
-                    .unwrap_or_else(|e| panic!("{backend} {variant} {dtype}: chain tree != V: {e}"));
-                assert!(v.to_f32().iter().all(|x| x.is_finite()));
+                // Per implementation of V (the Reference backend has one).
+                let choices = if backend == Backend::Reference {
+                    vec![Choice::DEFAULT]
+                } else {
+                    Choice::all(Kernel::V)
+                };
+                for choice in choices {
+                    let _pinned = tuning::force(Kernel::V, choice);
+                    let v = run_verify(backend, &data, &pool, 0, None).unwrap();
+                    let vt = run_verify_tree(backend, &data, &tree, &pool, 0, None).unwrap();
+                    bits_equal(&vt.to_f32(), &v.to_f32())
+                        .unwrap_or_else(|e| panic!("{backend} {choice} {variant} {dtype}: chain tree != V: {e}"));
+                    assert!(v.to_f32().iter().all(|x| x.is_finite()));
+                }
             }
         }
     }
@@ -174,7 +191,14 @@ fn a_chain_tree_is_bit_identical_to_the_linear_verify() {
 /// verifies every layer (writing the ring), picks a random accepted node, and commits its root
 /// path with FT into one pool and with kernel R over the path's tokens into another. The live
 /// slots must stay bit-identical, track snapshots must equal R's snapshots.
+/// [`tree_commit_chain_once`] for every implementation of VT and FT.
 fn tree_commit_chain(backend: Backend, variant: Variant, dims: HeadDims, dtype: DType, steps: usize, seed: u64) {
+    each_impl(backend, || {
+        tree_commit_chain_once(backend, variant, dims, dtype, steps, seed)
+    });
+}
+
+fn tree_commit_chain_once(backend: Backend, variant: Variant, dims: HeadDims, dtype: DType, steps: usize, seed: u64) {
     let (layers, batch, window) = (2usize, 3usize, 8usize);
     let live: [i32; 3] = [3, 0, 4];
     let track_pool: [i32; 3] = [1, 2, 5];

@@ -16,7 +16,8 @@ struct LaunchDecode {
     const int rows = (p.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock;
     if (materialize) {
       const auto kernel = &rssm::decode_materialize_kernel<EPL, KDA>;
-      return RSSM_LAUNCH(kernel, dim3(rows, p.HV, p.batch * p.num_layers), dim3(RowTiling::kThreads), 0, stream, p);
+      const dim3 grid(unsigned(rows) * unsigned(p.num_layers), p.HV, p.batch);
+      return RSSM_LAUNCH(kernel, grid, dim3(RowTiling::kThreads), 0, stream, p);
     }
     const auto kernel = &rssm::decode_kernel<EPL, Act, KDA>;
     return RSSM_LAUNCH(kernel, dim3(rows, p.HV, p.batch), dim3(RowTiling::kThreads), 0, stream, p);

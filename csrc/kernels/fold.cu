@@ -11,10 +11,17 @@ struct LaunchFold {
   const rssm_fold_params &p;
   void *stream;
   template <int EPL, class Act, bool KDA> int operator()() const {
+    return p.impl == RSSM_IMPL_PREFETCH ? run<EPL, Act, KDA, true>() : run<EPL, Act, KDA, false>();
+  }
+  template <int EPL, class Act, bool KDA, bool PREFETCH> int run() const {
     using rssm::RowTiling;
-    const dim3 grid((p.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock, p.HV, p.batch * p.num_layers);
-    const auto kernel = &rssm::fold_kernel<EPL, Act, KDA>;
-    return RSSM_LAUNCH(kernel, grid, dim3(RowTiling::kThreads), 0, stream, p);
+    const unsigned tiles = unsigned(p.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock;
+    const dim3 grid(tiles * unsigned(p.num_layers), p.HV, p.batch);
+    const size_t smem = PREFETCH ? sizeof(float) * rssm::replay_prefetch_smem_floats(p.window, p.K, KDA) : 0;
+    const auto kernel = &rssm::fold_kernel<EPL, Act, KDA, PREFETCH>;
+    const int err = RSSM_ALLOW_SMEM(kernel, smem);
+    if (err != 0) return err;
+    return RSSM_LAUNCH(kernel, grid, dim3(RowTiling::kThreads), smem, stream, p);
   }
 };
 

@@ -29,3 +29,13 @@ extern "C" rssm_status rssm_cursors_can_implement(const rssm_cursor_params *para
 extern "C" int64_t rssm_verify_smem_bytes(int32_t max_seqlen, int32_t K, int32_t kda) {
   return int64_t(sizeof(float)) * rssm::verify_smem_floats(max_seqlen, K, kda != 0);
 }
+
+extern "C" int64_t rssm_verify_staged_smem_bytes(int32_t max_seqlen, int32_t K, int32_t kda, int32_t block_rows,
+                                                 int32_t V) {
+  const int rows = rssm::verify_staged_block_rows(block_rows, V);
+  return int64_t(sizeof(float)) * rssm::verify_staged_smem_floats(max_seqlen, K, kda != 0, rows);
+}
+
+extern "C" int64_t rssm_replay_prefetch_smem_bytes(int32_t window, int32_t K, int32_t kda) {
+  return int64_t(sizeof(float)) * rssm::replay_prefetch_smem_floats(window, K, kda != 0);
+}

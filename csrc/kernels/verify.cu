@@ -1,6 +1,6 @@
 // Launch layer of kernel V (chunked verify). Compiled by nvcc and against the SIMT emulator.
 #include "replayssm/can_implement.h"
-#include "replayssm/device/verify.cuh"
+#include "replayssm/device/verify_staged.cuh"
 #include "replayssm/dispatch.h"
 #include "replayssm/launcher.h"
 #include "replayssm/layout.h"
@@ -12,6 +12,15 @@ struct LaunchVerify {
   void *stream;
   template <int EPL, class Act, bool KDA> int operator()() const {
     using rssm::RowTiling;
+    if (p.impl == RSSM_IMPL_STAGED) {
+      const int rows = rssm::verify_staged_block_rows(p.block_rows, p.V);
+      const dim3 grid((p.V + rows - 1) / rows, p.HV, p.batch);
+      const size_t smem = sizeof(float) * rssm::verify_staged_smem_floats(p.max_seqlen, p.K, KDA, rows);
+      const auto kernel = &rssm::verify_staged_kernel<EPL, Act, KDA>;
+      const int err = RSSM_ALLOW_SMEM(kernel, smem);
+      if (err != 0) return err;
+      return RSSM_LAUNCH(kernel, grid, dim3(RowTiling::kThreads), smem, stream, p);
+    }
     const dim3 grid((p.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock, p.HV, p.batch);
     const size_t smem = sizeof(float) * rssm::verify_smem_floats(p.max_seqlen, p.K, KDA);
     const auto kernel = &rssm::verify_kernel<EPL, Act, KDA>;

@@ -135,8 +135,10 @@ pub unsafe extern "C" fn replayssm_verify(
         let p = read_params(params, "replayssm_verify_params")?;
         let backend = backend_of(backend)?;
         header(p.flags, p.reserved)?;
-        crate::checks::params::verify(&p.kernel(), backend)?;
-        launch!("verify", backend, rssm_verify, rssm_emu_verify, p.kernel(), stream)
+        let mut kp = p.kernel();
+        crate::tuning::apply_verify(&mut kp);
+        crate::checks::params::verify(&kp, backend)?;
+        launch!("verify", backend, rssm_verify, rssm_emu_verify, kp, stream)
     })
 }
 
@@ -155,8 +157,10 @@ pub unsafe extern "C" fn replayssm_fold(
         let p = read_params(params, "replayssm_fold_params")?;
         let backend = backend_of(backend)?;
         header(p.flags, 0)?;
-        crate::checks::params::fold(&p.kernel(), backend)?;
-        launch!("fold", backend, rssm_fold, rssm_emu_fold, p.kernel(), stream)
+        let mut kp = p.kernel();
+        crate::tuning::apply_fold(&mut kp);
+        crate::checks::params::fold(&kp, backend)?;
+        launch!("fold", backend, rssm_fold, rssm_emu_fold, kp, stream)
     })
 }
 
@@ -175,8 +179,10 @@ pub unsafe extern "C" fn replayssm_replay(
         let p = read_params(params, "replayssm_replay_params")?;
         let backend = backend_of(backend)?;
         header(p.flags, 0)?;
-        crate::checks::params::replay(&p.kernel(), backend)?;
-        launch!("replay", backend, rssm_replay, rssm_emu_replay, p.kernel(), stream)
+        let mut kp = p.kernel();
+        crate::tuning::apply_replay(&mut kp);
+        crate::checks::params::replay(&kp, backend)?;
+        launch!("replay", backend, rssm_replay, rssm_emu_replay, kp, stream)
     })
 }
 

@@ -253,7 +253,8 @@ macro_rules! mirror {
             /// The kernel layer's struct of these params (what the C ABI hands its launcher;
             /// tests drive the kernel layer's emulated launchers with it, without host checks).
             pub fn kernel(&self) -> ffi::$kernel {
-                ffi::$kernel { $($f: self.$f,)* $($r: 0,)? }
+                #[allow(clippy::needless_update)] // the structs with implementation fields need it
+                ffi::$kernel { $($f: self.$f,)* ..Default::default() }
             }
         }
         impl Default for $abi {
@@ -301,14 +302,16 @@ mirror!(replayssm_cursor_params => rssm_cursor_params {
     cursors, slots, positions, force_flush, error_word, batch, num_slots, cache_len, op,
 });
 
-// The ABI structs are the kernel structs behind the 8-byte header (pinned here; the header
-// generated from these definitions is checked in CI).
+// The ABI structs are the kernel structs behind the 8-byte header, without the kernel layer's
+// implementation fields (`impl`, `block_rows`: the library picks them per call, src/tuning.rs),
+// pinned here; the header generated from these definitions is checked in CI.
 const _: () = {
     use std::mem::size_of;
+    const IMPL_FIELDS: usize = 8;
     assert!(size_of::<replayssm_recurrent_params>() == 8 + size_of::<ffi::rssm_recurrent_params>());
-    assert!(size_of::<replayssm_verify_params>() == 8 + size_of::<ffi::rssm_verify_params>());
-    assert!(size_of::<replayssm_fold_params>() == 8 + size_of::<ffi::rssm_fold_params>());
-    assert!(size_of::<replayssm_replay_params>() == 8 + size_of::<ffi::rssm_replay_params>());
-    assert!(size_of::<replayssm_decode_params>() == 8 + size_of::<ffi::rssm_decode_params>());
+    assert!(size_of::<replayssm_verify_params>() == 8 + size_of::<ffi::rssm_verify_params>() - IMPL_FIELDS);
+    assert!(size_of::<replayssm_fold_params>() == 8 + size_of::<ffi::rssm_fold_params>() - IMPL_FIELDS);
+    assert!(size_of::<replayssm_replay_params>() == 8 + size_of::<ffi::rssm_replay_params>() - IMPL_FIELDS);
+    assert!(size_of::<replayssm_decode_params>() == 8 + size_of::<ffi::rssm_decode_params>() - IMPL_FIELDS);
     assert!(size_of::<replayssm_cursor_params>() == 8 + size_of::<ffi::rssm_cursor_params>());
 };

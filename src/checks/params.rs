@@ -173,7 +173,7 @@ macro_rules! check_tokens {
 fn pool(batch: i32, num_slots: i32, num_layers: i32) -> Check {
     in_range(batch, 1, 65535, "batch")?;
     at_least(num_slots as i64, 1, "num_slots")?;
-    at_least(num_layers as i64, 1, "num_layers")
+    in_range(num_layers, 1, ffi::RSSM_MAX_LAYERS as i32, "num_layers")
 }
 
 /// Reads and checks (EMULATED: host memory) the slots `[batch]` and cu_seqlens `[batch + 1]` of
@@ -221,15 +221,71 @@ macro_rules! spec_dims {
 }
 spec_dims!(ffi::rssm_verify_params, ffi::rssm_fold_params, ffi::rssm_replay_params);
 
-/// F and materialise launch one grid row per (request, layer): at most 65535 of them.
-fn grid_rows(batch: i32, num_layers: i32) -> Check {
-    let rows = batch as i64 * num_layers as i64;
-    if rows > 65535 {
+/// F and materialise put (layer, 16-row tile) in gridDim.x: at most 2^31 - 1 blocks (the batch
+/// is in gridDim.z, bounded by `batch`'s own check).
+fn layer_grid(v: i32, num_layers: i32) -> Check {
+    let blocks = (v as i64 + 15) / 16 * num_layers as i64;
+    if blocks > i32::MAX as i64 {
         return Err(bad(format!(
-            "batch * num_layers = {batch} * {num_layers} = {rows} exceeds 65535 (one grid row per request and layer): split the batch"
+            "num_layers = {num_layers} with V = {v}: {blocks} blocks in the grid's x dimension exceed 2^31 - 1"
         )));
     }
     Ok(())
+}
+
+/// The implementation fields (`impl`, `block_rows`) against what the kernel has and what fits.
+fn implementation(kernel: crate::tuning::Kernel, imp: i32, block_rows: i32, key: crate::tuning::Key) -> Check {
+    use crate::tuning::{Choice, Impl};
+    let known = [Impl::Default, Impl::Staged, Impl::Prefetch];
+    let Some(&which) = known.iter().find(|i| i.to_ffi() == imp) else {
+        return Err(bad(format!(
+            "impl = {imp}: not an rssm_impl (0 = DEFAULT, 1 = STAGED, 2 = PREFETCH)"
+        )));
+    };
+    at_least(block_rows as i64, 0, "block_rows")?;
+    let choice = Choice {
+        imp: which,
+        block_rows: block_rows as u32,
+    };
+    if !crate::tuning::fits(&key, choice) {
+        return Err(bad(match (kernel, which) {
+            (_, Impl::Default) => format!("block_rows = {block_rows}: the default implementation takes 0"),
+            (crate::tuning::Kernel::V, Impl::Staged) => format!(
+                "impl = STAGED with block_rows = {block_rows}: it must be 0 or a multiple of 16, and the block's \
+                 shared memory for T = {} positions over those rows of V = {} must fit {} bytes",
+                key.window,
+                key.v,
+                ffi::RSSM_VERIFY_STAGED_MAX_SMEM
+            ),
+            (crate::tuning::Kernel::F | crate::tuning::Kernel::P, Impl::Prefetch) => format!(
+                "impl = PREFETCH with block_rows = {block_rows}, window = {}: it takes block_rows 0 and windows up to {}",
+                key.window,
+                ffi::RSSM_MAX_VERIFY_WINDOW
+            ),
+            _ => format!("impl = {imp} ({which:?}) is not an implementation of kernel {kernel}"),
+        }));
+    }
+    Ok(())
+}
+
+fn spec_key(
+    kernel: crate::tuning::Kernel,
+    variant: i32,
+    k: i32,
+    v: i32,
+    hv: i32,
+    window: i32,
+    batch: i32,
+) -> crate::tuning::Key {
+    crate::tuning::Key {
+        kernel,
+        kda: variant == 1,
+        k: k.max(0) as usize,
+        v: v.max(0) as usize,
+        hv: hv.max(0) as usize,
+        window: window.max(0) as usize,
+        batch: batch.max(0) as usize,
+    }
 }
 
 /// Checks the spec-ring fields F and P share.
@@ -252,6 +308,12 @@ macro_rules! check_spec_ring {
 
 fn decode_ring(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
     problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
+    if p.impl_ != 0 || p.block_rows != 0 {
+        return Err(bad(format!(
+            "impl = {}, block_rows = {}: kernel D and materialise have one implementation (0, 0)",
+            p.impl_, p.block_rows
+        )));
+    }
     pool(p.batch, p.num_slots, p.num_layers)?;
     in_range(p.cache_len, 1, MAX_CACHE_LEN as i32, "cache_len")?;
     let gw = if p.variant == 1 { p.K } else { 1 };
@@ -342,6 +404,13 @@ pub(crate) fn verify(p: &ffi::rssm_verify_params, backend: Backend) -> Check {
     }
     check_tokens!(p, p.num_tokens);
     spec_extents(p, p.num_layers, p.num_slots, p.window)?;
+    use crate::tuning::Kernel;
+    implementation(
+        Kernel::V,
+        p.impl_,
+        p.block_rows,
+        spec_key(Kernel::V, p.variant, p.K, p.V, p.HV, p.max_seqlen, p.batch),
+    )?;
     aligned16(backend, p.state, "state")?;
     if backend == Backend::Emulated {
         // SAFETY: the documented extents of slots [batch], cu_seqlens [batch + 1] and
@@ -376,7 +445,14 @@ pub(crate) fn fold(p: &ffi::rssm_fold_params, backend: Backend) -> Check {
     if p.track_slots.is_null() != p.track_steps.is_null() {
         return Err(bad("track_slots and track_steps: set both or neither"));
     }
-    grid_rows(p.batch, p.num_layers)?;
+    layer_grid(p.V, p.num_layers)?;
+    use crate::tuning::Kernel;
+    implementation(
+        Kernel::F,
+        p.impl_,
+        p.block_rows,
+        spec_key(Kernel::F, p.variant, p.K, p.V, p.HV, p.window, p.batch),
+    )?;
     if backend == Backend::Emulated {
         let b = p.batch as usize;
         // SAFETY: the documented extents: slots, accept_lens, track_* [batch], accept_paths
@@ -411,6 +487,13 @@ pub(crate) fn replay(p: &ffi::rssm_replay_params, backend: Backend) -> Check {
     check_spec_ring!(p, backend);
     in_range(p.layer, 0, p.num_layers - 1, "layer")?;
     nonnull(p.counts, "counts")?;
+    use crate::tuning::Kernel;
+    implementation(
+        Kernel::P,
+        p.impl_,
+        p.block_rows,
+        spec_key(Kernel::P, p.variant, p.K, p.V, p.HV, p.window, p.batch),
+    )?;
     if backend == Backend::Emulated {
         // SAFETY: the documented extents of slots and counts, [batch] each.
         let (slots, counts) = unsafe {
@@ -435,7 +518,7 @@ pub(crate) fn decode(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
 /// The checks of `rssm_materialize`'s params (the C ABI's `replayssm_decode_materialize`, the Rust wrapper's launch).
 pub(crate) fn materialize(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
     decode_ring(p, backend)?;
-    grid_rows(p.batch, p.num_layers)?;
+    layer_grid(p.V, p.num_layers)?;
     Ok(())
 }
 

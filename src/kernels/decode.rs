@@ -245,7 +245,7 @@ fn decode_kernel<M: Memory>(
         dtype: inp.q.dtype().to_ffi(),
         variant: inp.variant.to_ffi(),
         qk_l2norm: inp.qk_l2norm as i32,
-        reserved: 0,
+        ..Default::default()
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::decode(&params, exec.backend)?;
@@ -253,12 +253,13 @@ fn decode_kernel<M: Memory>(
     check_status("decode", exec.backend, st)
 }
 
-/// The rows of a materialise: `[B]` slots with B x NL within the launch limit.
-fn check_materialize_slots(slots: usize, layers: usize) -> Result<()> {
-    if slots == 0 || slots * layers > 65535 {
+/// The rows of a materialise: `[B]` slots, 1 <= B <= the batch limit (the grid holds (layer,
+/// row tile) in x and the request in z, so any layer count runs).
+fn check_materialize_slots(slots: usize) -> Result<()> {
+    if slots == 0 || slots > crate::limits::MAX_BATCH {
         return Err(Error::Shape {
             tensor: "slots",
-            expected: format!("[B] with 1 <= B and B x NL <= 65535 (NL = {layers})"),
+            expected: format!("[B] with 1 <= B <= {}", crate::limits::MAX_BATCH),
             got: format!("[{slots}]"),
         });
     }
@@ -270,7 +271,7 @@ pub fn validate_materialize(backend: Backend, pool: &CheckpointPool, ring: &Deco
     ring.check_pool(pool)?;
     let s = pool.shape();
     check_kernel_head_dim(backend, s.dims.k)?;
-    check_materialize_slots(slots.len(), s.layers)?;
+    check_materialize_slots(slots.len())?;
     check_slots(slots, slots.len(), s.slots)
 }
 
@@ -347,7 +348,7 @@ fn materialize_kernel<M: Memory>(
         dtype: crate::DType::F32.to_ffi(),
         variant: s.variant.to_ffi(),
         qk_l2norm: 0,
-        reserved: 0,
+        ..Default::default()
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::materialize(&params, exec.backend)?;
@@ -502,7 +503,7 @@ impl Stream {
         let s = pool.shape();
         check_kernel_head_dim(self.backend(), s.dims.k)?;
         let b = slots.len();
-        check_materialize_slots(b, s.layers)?;
+        check_materialize_slots(b)?;
         if scratch.len() != 2 * b {
             return Err(Error::Shape {
                 tensor: "scratch",

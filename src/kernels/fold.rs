@@ -82,10 +82,15 @@ pub(crate) fn check_fold<M: Memory>(
         Commit::Path { .. } => "accepted path lengths",
     };
     check_fold_args(&s, slots, commit, what, track)?;
-    if slots.len() * s.layers > 65535 {
+    // The grid holds (layer, row tile) in x and the request in z: any B up to the batch limit.
+    if slots.len() > crate::limits::MAX_BATCH {
         return Err(Error::InvalidValue {
             what: "batch",
-            why: format!("B x NL = {} exceeds the launch limit of 65535", slots.len() * s.layers),
+            why: format!(
+                "B = {} exceeds the launch limit of {}",
+                slots.len(),
+                crate::limits::MAX_BATCH
+            ),
         });
     }
     Ok(())
@@ -157,7 +162,7 @@ pub(crate) fn fold_kernel<M: Memory>(
         Commit::Prefix(lens) => (exec.slice("accept_lens", lens)?, std::ptr::null(), 0),
         Commit::Path { paths, width, .. } => (std::ptr::null(), exec.slice("accept_paths", paths)?, *width as i32),
     };
-    let params = ffi::rssm_fold_params {
+    let mut params = ffi::rssm_fold_params {
         state: exec.store_mut("pool", pool.storage_mut())?,
         ring_v: r.0,
         ring_k: r.1,
@@ -181,7 +186,9 @@ pub(crate) fn fold_kernel<M: Memory>(
         variant: s.variant.to_ffi(),
         qk_l2norm: ring.l2norm as i32,
         path_width,
+        ..Default::default()
     };
+    crate::tuning::apply_fold(&mut params);
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::fold(&params, exec.backend)?;
     let st = launch!(exec, rssm_fold, rssm_emu_fold, &params);

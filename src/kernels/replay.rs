@@ -195,7 +195,7 @@ fn replay_kernel<M: Memory>(
     let s = ring.shape;
     let d = s.dims;
     let r = ring_ptrs(exec, ring)?;
-    let params = ffi::rssm_replay_params {
+    let mut params = ffi::rssm_replay_params {
         state: exec.store_mut("pool", pool.storage_mut())?,
         ring_v: r.0,
         ring_k: r.1,
@@ -216,7 +216,9 @@ fn replay_kernel<M: Memory>(
         dtype: s.dtype.to_ffi(),
         variant: s.variant.to_ffi(),
         qk_l2norm: ring.l2norm as i32,
+        ..Default::default()
     };
+    crate::tuning::apply_replay(&mut params);
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::replay(&params, exec.backend)?;
     let st = launch!(exec, rssm_replay, rssm_emu_replay, &params);

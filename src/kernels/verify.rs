@@ -156,7 +156,7 @@ pub(crate) fn verify_kernel<M: Memory>(
         ),
     };
     let (o_ptr, o_stride) = output_ptr(exec, o)?;
-    let params = ffi::rssm_verify_params {
+    let mut params = ffi::rssm_verify_params {
         q: t.q.cast(),
         k: t.k.cast(),
         v: t.v.cast(),
@@ -200,8 +200,9 @@ pub(crate) fn verify_kernel<M: Memory>(
         dtype: inp.q.dtype().to_ffi(),
         variant: inp.variant.to_ffi(),
         qk_l2norm: inp.qk_l2norm as i32,
-        reserved: 0,
+        ..Default::default()
     };
+    crate::tuning::apply_verify(&mut params);
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::verify(&params, exec.backend)?;
     let st = launch!(exec, rssm_verify, rssm_emu_verify, &params);

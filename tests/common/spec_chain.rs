@@ -80,12 +80,48 @@ pub fn run_verify_tree(
     })
 }
 
+/// Runs `f` once per implementation of F and P (`replayssm::tuning`, pinned on this thread), with
+/// V pinned to a different implementation in each round, so every variant runs in the chained
+/// commit checks. The Reference backend has no implementations: one round.
+pub fn each_impl(backend: Backend, mut f: impl FnMut()) {
+    use replayssm::tuning::{self, Choice, Kernel};
+    if backend == Backend::Reference {
+        return f();
+    }
+    let verify = Choice::all(Kernel::V);
+    for (round, choice) in Choice::all(Kernel::F).into_iter().enumerate() {
+        let v = verify[(round * 3) % verify.len()];
+        println!("implementations: F and P {choice}, V {v}");
+        let _f = tuning::force(Kernel::F, choice);
+        let _p = tuning::force(Kernel::P, choice);
+        let _v = tuning::force(Kernel::V, v);
+        f();
+    }
+}
+
+/// [`chain_once`] for every implementation ([`each_impl`]).
+#[allow(clippy::too_many_arguments)]
+pub fn chain(
+    backend: Backend,
+    variant: Variant,
+    dims: HeadDims,
+    dtype: DType,
+    layers: usize,
+    batch: usize,
+    commits: usize,
+    seed: u64,
+) {
+    each_impl(backend, || {
+        chain_once(backend, variant, dims, dtype, layers, batch, commits, seed)
+    });
+}
+
 /// One chain of commits: every step draws a fresh window per request, verifies every layer
 /// (writing the ring), then commits random accept lengths three ways from the same start:
 /// F (fold, all layers), P (replay, per layer) and R (recurrent over the accepted tokens).
 /// The three pools must stay bit-identical; track snapshots must equal R's snapshots.
 #[allow(clippy::too_many_arguments)]
-pub fn chain(
+fn chain_once(
     backend: Backend,
     variant: Variant,
     dims: HeadDims,

@@ -373,6 +373,45 @@ fn bench_on_the_emulator_runs_every_case_untimed_and_writes_json_and_plot() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown kernel 'W'"));
 }
 
+#[test]
+fn bench_tune_on_the_emulator_runs_every_variant_and_writes_a_table_dispatch_reads() {
+    use replayssm::tuning::{Choice, Kernel, Table};
+    let path = std::env::temp_dir().join(format!("replayssm-tune-{}.json", std::process::id()));
+    let out = bin()
+        .args([
+            "bench",
+            "--backend",
+            "emulated",
+            "--shapes",
+            "tiny,tiny-kda",
+            "--batches",
+            "1,5",
+        ])
+        .args(["--windows", "2,4", "--tune", "--tune-out"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let table = Table::parse(&std::fs::read_to_string(&path).unwrap(), "tune output").unwrap();
+    // Every implementation of V, F and P at 2 shapes x 2 batches x 2 windows ran and was checked.
+    let variants: usize = [Kernel::V, Kernel::F, Kernel::P]
+        .iter()
+        .map(|&k| Choice::all(k).len())
+        .sum();
+    assert_eq!(table.checked.len(), 2 * 2 * 2 * variants, "{:#?}", table.checked);
+    assert!(
+        table.checked.iter().any(|c| c.contains("staged/16-rows"))
+            && table.checked.iter().any(|c| c.contains("prefetch"))
+    );
+    assert!(
+        table.entries.is_empty() && table.source.contains("nothing was timed"),
+        "{}",
+        table.source
+    );
+    std::fs::remove_file(&path).ok();
+}
+
 // The `validate` subcommand (moved from tests/config.rs with the CLI).
 
 fn validate(args: &[&str]) -> (i32, String, String) {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "replayssm/replayssm.h"
+#include "replayssm/smem.h"
 
 namespace rssm {
 
@@ -60,13 +61,34 @@ namespace rssm {
 inline rssm_status spec_common_can_implement(int32_t batch, int32_t num_slots, int32_t num_layers, int32_t window,
                                              int32_t H, int32_t HV, int32_t K, int32_t V, int32_t dtype,
                                              int32_t variant) {
-  if (batch < 1 || batch > RSSM_MAX_BATCH || num_slots < 1 || num_layers < 1 || window < 1 || H < 1 || HV < 1 || K < 1 ||
+  if (batch < 1 || batch > RSSM_MAX_BATCH || num_slots < 1 || num_layers < 1 || num_layers > RSSM_MAX_LAYERS || window < 1 || H < 1 || HV < 1 || K < 1 ||
       V < 1 || V > RSSM_MAX_V || HV % H != 0 || HV > 65535)
     return RSSM_ERR_INVALID_ARGUMENT;
   if (dtype < RSSM_DTYPE_F32 || dtype > RSSM_DTYPE_BF16) return RSSM_ERR_INVALID_ARGUMENT;
   if (variant != RSSM_VARIANT_GDN && variant != RSSM_VARIANT_KDA) return RSSM_ERR_INVALID_ARGUMENT;
   if (!supported_head_dim(K)) return RSSM_ERR_UNSUPPORTED;
   return RSSM_OK;
+}
+
+// The implementation fields. V: DEFAULT (block_rows 0) or STAGED (block_rows 0 = the whole head, or
+// a multiple of 16 up to RSSM_MAX_V). F and P: DEFAULT or PREFETCH (records staged in shared
+// memory: windows up to RSSM_MAX_VERIFY_WINDOW), block_rows 0. D and materialise: DEFAULT only.
+// STAGED's shared memory (its window, v and output tiles) must fit in RSSM_VERIFY_STAGED_MAX_SMEM.
+inline bool verify_impl_ok(int32_t impl, int32_t block_rows, int32_t max_seqlen, int32_t K, int32_t V, bool kda) {
+  if (impl == RSSM_IMPL_DEFAULT) return block_rows == 0;
+  if (impl != RSSM_IMPL_STAGED || block_rows < 0 || block_rows > RSSM_MAX_V || block_rows % 16 != 0) return false;
+  return 4 * verify_staged_smem_floats(max_seqlen, K, kda, verify_staged_block_rows(block_rows, V)) <=
+         RSSM_VERIFY_STAGED_MAX_SMEM;
+}
+inline bool replay_impl_ok(int32_t impl, int32_t block_rows, int32_t window) {
+  if (block_rows != 0) return false;
+  return impl == RSSM_IMPL_DEFAULT || (impl == RSSM_IMPL_PREFETCH && window <= RSSM_MAX_VERIFY_WINDOW);
+}
+
+// F and materialise put (row tile, layer) in gridDim.x, which holds 2^31 - 1 blocks, and the
+// request in gridDim.z (RSSM_MAX_BATCH): every batch an engine serves.
+inline bool layer_grid_ok(int32_t V, int32_t num_layers) {
+  return int64_t((V + 15) / 16) * num_layers <= 2147483647;
 }
 
 inline rssm_status verify_can_implement(const rssm_verify_params *p, bool vector_aligned) {
@@ -83,6 +105,7 @@ inline rssm_status verify_can_implement(const rssm_verify_params *p, bool vector
   const int rings = (p->ring_v != nullptr) + (p->ring_k != nullptr) + (p->ring_g != nullptr) + (p->ring_beta != nullptr);
   if (rings != 0 && rings != 4) return RSSM_ERR_INVALID_ARGUMENT;
   if (rings == 4 && p->window < p->max_seqlen) return RSSM_ERR_INVALID_ARGUMENT;  // W >= T
+  if (!verify_impl_ok(p->impl, p->block_rows, p->max_seqlen, p->K, p->V, p->variant == RSSM_VARIANT_KDA)) return RSSM_ERR_INVALID_ARGUMENT;
   if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;
   return RSSM_OK;
 }
@@ -92,7 +115,8 @@ inline rssm_status fold_can_implement(const rssm_fold_params *p, bool vector_ali
   const rssm_status st = spec_common_can_implement(p->batch, p->num_slots, p->num_layers, p->window, p->H, p->HV, p->K,
                                                    p->V, p->dtype, p->variant);
   if (st != RSSM_OK) return st;
-  if (int64_t(p->batch) * p->num_layers > 65535) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!layer_grid_ok(p->V, p->num_layers)) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!replay_impl_ok(p->impl, p->block_rows, p->window)) return RSSM_ERR_INVALID_ARGUMENT;
   if (!p->state || !p->ring_v || !p->ring_k || !p->ring_g || !p->ring_beta || !p->slots)
     return RSSM_ERR_INVALID_ARGUMENT;
   // Accept lengths (chain) or accept paths (tree), exactly one of them.
@@ -110,6 +134,7 @@ inline rssm_status replay_can_implement(const rssm_replay_params *p, bool vector
                                                    p->V, p->dtype, p->variant);
   if (st != RSSM_OK) return st;
   if (p->layer < 0 || p->layer >= p->num_layers) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!replay_impl_ok(p->impl, p->block_rows, p->window)) return RSSM_ERR_INVALID_ARGUMENT;
   if (!p->state || !p->ring_v || !p->ring_k || !p->ring_g || !p->ring_beta || !p->slots || !p->counts)
     return RSSM_ERR_INVALID_ARGUMENT;
   if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;
@@ -127,7 +152,8 @@ inline rssm_status decode_can_implement(const rssm_decode_params *p, bool vector
   if (p->layer < 0 || p->layer >= p->num_layers) return RSSM_ERR_INVALID_ARGUMENT;
   if (!p->state || !p->ring_d || !p->ring_k || !p->ring_g || !p->slots || !p->positions)
     return RSSM_ERR_INVALID_ARGUMENT;
-  if (!tokens && int64_t(p->batch) * p->num_layers > 65535) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!tokens && !layer_grid_ok(p->V, p->num_layers)) return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->impl != RSSM_IMPL_DEFAULT || p->block_rows != 0) return RSSM_ERR_INVALID_ARGUMENT;
   if (tokens) {
     const rssm_status t = token_fields_can_implement(p);
     if (t != RSSM_OK) return t;

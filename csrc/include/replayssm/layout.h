@@ -44,7 +44,7 @@ RSSM_ASSERT_OFFSET(rssm_recurrent_params, qk_l2norm, 212);
 RSSM_ASSERT_OFFSET(rssm_recurrent_params, write_state, 216);
 RSSM_ASSERT_OFFSET(rssm_recurrent_params, reserved, 220);
 
-static_assert(sizeof(rssm_verify_params) == 264, "rssm_verify_params size changed");
+static_assert(sizeof(rssm_verify_params) == 272, "rssm_verify_params size changed");
 RSSM_ASSERT_OFFSET(rssm_verify_params, q, 0);
 RSSM_ASSERT_OFFSET(rssm_verify_params, k, 8);
 RSSM_ASSERT_OFFSET(rssm_verify_params, v, 16);
@@ -85,9 +85,11 @@ RSSM_ASSERT_OFFSET(rssm_verify_params, scale, 244);
 RSSM_ASSERT_OFFSET(rssm_verify_params, dtype, 248);
 RSSM_ASSERT_OFFSET(rssm_verify_params, variant, 252);
 RSSM_ASSERT_OFFSET(rssm_verify_params, qk_l2norm, 256);
-RSSM_ASSERT_OFFSET(rssm_verify_params, reserved, 260);
+RSSM_ASSERT_OFFSET(rssm_verify_params, impl, 260);
+RSSM_ASSERT_OFFSET(rssm_verify_params, block_rows, 264);
+RSSM_ASSERT_OFFSET(rssm_verify_params, reserved, 268);
 
-static_assert(sizeof(rssm_fold_params) == 136, "rssm_fold_params size changed");
+static_assert(sizeof(rssm_fold_params) == 144, "rssm_fold_params size changed");
 RSSM_ASSERT_OFFSET(rssm_fold_params, state, 0);
 RSSM_ASSERT_OFFSET(rssm_fold_params, ring_v, 8);
 RSSM_ASSERT_OFFSET(rssm_fold_params, ring_k, 16);
@@ -111,8 +113,10 @@ RSSM_ASSERT_OFFSET(rssm_fold_params, dtype, 120);
 RSSM_ASSERT_OFFSET(rssm_fold_params, variant, 124);
 RSSM_ASSERT_OFFSET(rssm_fold_params, qk_l2norm, 128);
 RSSM_ASSERT_OFFSET(rssm_fold_params, path_width, 132);
+RSSM_ASSERT_OFFSET(rssm_fold_params, impl, 136);
+RSSM_ASSERT_OFFSET(rssm_fold_params, block_rows, 140);
 
-static_assert(sizeof(rssm_replay_params) == 112, "rssm_replay_params size changed");
+static_assert(sizeof(rssm_replay_params) == 120, "rssm_replay_params size changed");
 RSSM_ASSERT_OFFSET(rssm_replay_params, state, 0);
 RSSM_ASSERT_OFFSET(rssm_replay_params, ring_v, 8);
 RSSM_ASSERT_OFFSET(rssm_replay_params, ring_k, 16);
@@ -133,8 +137,10 @@ RSSM_ASSERT_OFFSET(rssm_replay_params, V, 96);
 RSSM_ASSERT_OFFSET(rssm_replay_params, dtype, 100);
 RSSM_ASSERT_OFFSET(rssm_replay_params, variant, 104);
 RSSM_ASSERT_OFFSET(rssm_replay_params, qk_l2norm, 108);
+RSSM_ASSERT_OFFSET(rssm_replay_params, impl, 112);
+RSSM_ASSERT_OFFSET(rssm_replay_params, block_rows, 116);
 
-static_assert(sizeof(rssm_decode_params) == 248, "rssm_decode_params size changed");
+static_assert(sizeof(rssm_decode_params) == 256, "rssm_decode_params size changed");
 RSSM_ASSERT_OFFSET(rssm_decode_params, q, 0);
 RSSM_ASSERT_OFFSET(rssm_decode_params, k, 8);
 RSSM_ASSERT_OFFSET(rssm_decode_params, v, 16);
@@ -172,7 +178,9 @@ RSSM_ASSERT_OFFSET(rssm_decode_params, scale, 228);
 RSSM_ASSERT_OFFSET(rssm_decode_params, dtype, 232);
 RSSM_ASSERT_OFFSET(rssm_decode_params, variant, 236);
 RSSM_ASSERT_OFFSET(rssm_decode_params, qk_l2norm, 240);
-RSSM_ASSERT_OFFSET(rssm_decode_params, reserved, 244);
+RSSM_ASSERT_OFFSET(rssm_decode_params, impl, 244);
+RSSM_ASSERT_OFFSET(rssm_decode_params, block_rows, 248);
+RSSM_ASSERT_OFFSET(rssm_decode_params, reserved, 252);
 
 static_assert(sizeof(rssm_cursor_params) == 56, "rssm_cursor_params size changed");
 RSSM_ASSERT_OFFSET(rssm_cursor_params, cursors, 0);

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define RSSM_ABI_VERSION 1
+#define RSSM_ABI_VERSION 2 /* the kernel layer's params (2: impl and block_rows) */
 
 typedef enum rssm_status {
   RSSM_OK = 0,
@@ -38,6 +38,26 @@ typedef enum rssm_variant {
   RSSM_VARIANT_GDN = 0, /* scalar decay per (token, value head) */
   RSSM_VARIANT_KDA = 1  /* per-channel decay: g is [.., K] */
 } rssm_variant;
+
+/* Which implementation of a kernel a launch runs (the `impl` field of the V, F, P and D params).
+ * Every implementation computes the same contract: F, P and D bit for bit (one update path), V
+ * within its tolerance. Which is fastest depends on the shape and the device; the Rust runtime
+ * picks per call from a tuning table (src/tuning.rs, bench/autotune/), DEFAULT without one. */
+typedef enum rssm_impl {
+  RSSM_IMPL_DEFAULT = 0,  /* V: one block per 16 state rows, window built per block.
+                           * F, P: ring records read inside the step loop. D: the only one. */
+  RSSM_IMPL_STAGED = 1,   /* V only: the window is built once per block and staged in shared
+                           * memory, the checkpoint load issued first, `block_rows` rows streamed
+                           * per block in passes of 16 with the next pass prefetched, 8 lanes per
+                           * row (3-level reductions), outputs staged and stored as vectors. */
+  RSSM_IMPL_PREFETCH = 2  /* F, P only: the state load issued at entry, the request's ring records
+                           * (keys normalised once per record) copied to shared memory up front;
+                           * windows up to RSSM_MAX_VERIFY_WINDOW. */
+} rssm_impl;
+
+/* Most dynamic shared memory one STAGED verify block may use (its window arrays plus the v and
+ * output tiles of its block_rows rows); below the H100/H200 opt-in maximum of 227 KB. */
+#define RSSM_VERIFY_STAGED_MAX_SMEM (160 * 1024)
 
 /* Bits of the device-side error word: set by kernels that met a device-side index they could
  * not trust (the host never saw it, e.g. under CUDA-graph replay); the row is skipped. */
@@ -66,6 +86,9 @@ typedef enum rssm_variant {
 
 /* Most requests (rows) of one launch: a grid dimension. */
 #define RSSM_MAX_BATCH 65535
+
+/* Most layers of one pool (the index limit the typed pools share). */
+#define RSSM_MAX_LAYERS 65535
 
 /* Longest verify window the V kernel is compiled for; also the most nodes of one draft tree
  * (tree verify), so a tree is at most this deep. */
@@ -138,6 +161,9 @@ typedef struct rssm_verify_params {
   int32_t H, HV, K, V;
   float scale;
   int32_t dtype, variant, qk_l2norm;
+  int32_t impl;       /* rssm_impl: DEFAULT or STAGED */
+  int32_t block_rows; /* STAGED: state rows per block, a multiple of 16, or 0 = all V rows of
+                       * the head in one block; DEFAULT: 0 */
   int32_t reserved;
 } rssm_verify_params;
 
@@ -164,6 +190,8 @@ typedef struct rssm_fold_params {
   int32_t H, HV, K, V;
   int32_t dtype, variant, qk_l2norm;
   int32_t path_width;          /* columns of accept_paths, 1..window; 0 when accept_paths is NULL */
+  int32_t impl;                /* rssm_impl: DEFAULT or PREFETCH */
+  int32_t block_rows;          /* 0 (every implementation of F uses 16 rows per block) */
 } rssm_fold_params;
 
 /* Kernel P: fp32 checkpoint replay of one layer: replays ring records 0..counts[b]-1 of slot
@@ -178,6 +206,8 @@ typedef struct rssm_replay_params {
   int32_t batch, num_slots, num_layers, layer, window;
   int32_t H, HV, K, V;
   int32_t dtype, variant, qk_l2norm;
+  int32_t impl;       /* rssm_impl: DEFAULT or PREFETCH */
+  int32_t block_rows; /* 0 */
 } rssm_replay_params;
 
 /* Buffered-decode ring of NL layers x NS slots, cache length L (SPEC §4 D). All f32, so that
@@ -209,6 +239,8 @@ typedef struct rssm_decode_params {
   int32_t H, HV, K, V;
   float scale;
   int32_t dtype, variant, qk_l2norm;
+  int32_t impl;       /* rssm_impl: DEFAULT (the only implementation of D and materialise) */
+  int32_t block_rows; /* 0 */
   int32_t reserved;
 } rssm_decode_params;
 
@@ -262,6 +294,10 @@ rssm_status rssm_cursors_can_implement(const rssm_cursor_params *params);
 /* Dynamic shared memory of one V launch with windows of up to max_seqlen tokens: what the
  * launcher requests (for occupancy reports; the launch computes the same). */
 int64_t rssm_verify_smem_bytes(int32_t max_seqlen, int32_t K, int32_t kda);
+/* The same for RSSM_IMPL_STAGED with block_rows (0 = the whole head of V rows), and for the
+ * PREFETCH implementation of F and P with a ring of `window` records. */
+int64_t rssm_verify_staged_smem_bytes(int32_t max_seqlen, int32_t K, int32_t kda, int32_t block_rows, int32_t V);
+int64_t rssm_replay_prefetch_smem_bytes(int32_t window, int32_t K, int32_t kda);
 
 /* Emulator diagnostics: the message of the last RSSM_ERR_EMULATOR on this thread. */
 const char *rssm_emu_last_error(void);

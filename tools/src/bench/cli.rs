@@ -57,6 +57,14 @@ pub struct BenchArgs {
     pub plot_window: Option<usize>,
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
+    /// Run every implementation of V, F and P (the other kernels are left out) and write the
+    /// tuning table (`replayssm::tuning`'s format) to --tune-out: per case the fastest on a GPU;
+    /// on the emulator every variant runs once, checked, and the table gets no entries.
+    #[arg(long)]
+    pub tune: bool,
+    /// Where --tune writes its table (on an H200: bench/autotune/h200.json, the shipped one).
+    #[arg(long, default_value = "tune-table.json")]
+    pub tune_out: PathBuf,
 }
 
 impl BenchArgs {
@@ -174,6 +182,9 @@ pub fn main(args: &BenchArgs) -> ExitCode {
             Backend::Cuda.availability().err().unwrap_or_else(|| "available".into())
         );
     }
+    if args.tune {
+        return tune_main(&o, &args.tune_out);
+    }
     let tty = std::io::stderr().is_terminal();
     let mut failed = 0usize;
     // A terminal gets one updating bar (indicatif); logs get every case on its own line.
@@ -260,6 +271,64 @@ pub fn main(args: &BenchArgs) -> ExitCode {
     }
     if failed > 0 {
         eprintln!("bench: {failed} case(s) failed");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// `replayssm bench --tune`.
+fn tune_main(o: &super::BenchOptions, out: &Path) -> ExitCode {
+    if let Err(e) = check_writable("--tune-out", out) {
+        eprintln!("bench: {e}");
+        return ExitCode::from(2);
+    }
+    let mut failed = 0usize;
+    let mut progress = |done: usize, total: usize, r: &super::tune::TuneResult| {
+        if matches!(r.result.outcome, Outcome::Failed(_)) {
+            failed += 1;
+        }
+        eprintln!("[{done:>4}/{total}] {}", super::tune::line(r));
+    };
+    let report = match super::tune_run(o, &mut progress) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ran = report
+        .results
+        .iter()
+        .filter(|r| matches!(r.result.outcome, Outcome::Ran | Outcome::Timed { .. }))
+        .count();
+    println!(
+        "tune: {ran} of {} variant runs completed, {} table entries ({})",
+        report.results.len(),
+        report.table.entries.len(),
+        report.table.source
+    );
+    for e in &report.table.entries {
+        println!(
+            "  {} {} K={} HV={} T<={} B<={}: {} ({:.2} us; default {})",
+            e.kernel,
+            e.variant,
+            e.k,
+            e.hv,
+            e.t,
+            e.b,
+            e.choice,
+            e.median_us.unwrap_or(f64::NAN),
+            e.default_us.map_or("-".to_string(), |u| format!("{u:.2} us"))
+        );
+    }
+    let text = serde_json::to_string_pretty(&report.table).unwrap_or_default();
+    if let Err(e) = std::fs::write(out, text + "\n") {
+        eprintln!("bench: writing {}: {e}", out.display());
+        return ExitCode::FAILURE;
+    }
+    eprintln!("bench: tuning table written to {}", out.display());
+    if failed > 0 {
+        eprintln!("bench: {failed} variant run(s) failed");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

@@ -19,6 +19,7 @@ pub mod cli;
 pub mod plot;
 pub mod report;
 pub mod timer;
+pub mod tune;
 
 pub use cases::{Case, Kernel};
 pub use report::{Report, Row};
@@ -288,6 +289,19 @@ pub fn run(o: &BenchOptions, progress: &mut dyn FnMut(usize, usize, &CaseResult)
     })
 }
 
+/// `--tune`: every implementation of every tunable case of the grid ([`tune`]).
+pub fn tune_run(
+    o: &BenchOptions,
+    progress: &mut dyn FnMut(usize, usize, &tune::TuneResult),
+) -> Result<tune::TuneReport, String> {
+    o.validate()?;
+    let device = match o.backend {
+        Backend::Cuda => Some(device_facts()?),
+        _ => None,
+    };
+    Ok(tune::run(o, device.as_ref(), progress))
+}
+
 #[cfg(replayssm_cuda)]
 fn device_facts() -> Result<DeviceFacts, String> {
     let d = replayssm::cuda::device()?;
@@ -468,7 +482,7 @@ impl PreparedCase {
     }
 }
 
-fn run_case(o: &BenchOptions, case: &Case, device: Option<&DeviceFacts>) -> Outcome {
+pub(crate) fn run_case(o: &BenchOptions, case: &Case, device: Option<&DeviceFacts>) -> Outcome {
     let p = match PreparedCase::with_device(o, case, device) {
         Ok(p) => p,
         Err(outcome) => return outcome,

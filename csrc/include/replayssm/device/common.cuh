@@ -68,6 +68,18 @@ template <class Act, int N> __device__ __forceinline__ void load_act(const Act *
   for (int i = 0; i < N; ++i) x[i] = to_float(p[i]);
 }
 
+// 16 bytes of activations (16 / sizeof(Act) values) converted from floats and stored at once; `p`
+// is 16-byte aligned.
+template <class Act> __device__ __forceinline__ void store_act16(Act *p, const float *x) {
+  constexpr int N = 16 / int(sizeof(Act));
+  Act v[N];
+  RSSM_UNROLL
+  for (int i = 0; i < N; ++i) v[i] = from_float<Act>(x[i]);
+  int4 bits;
+  memcpy(&bits, v, sizeof bits);
+  *reinterpret_cast<int4 *>(p) = bits;
+}
+
 // Butterfly sum of N independent values across the warp. Every lane ends with the same bits
 // (float addition is commutative), and the tree is fixed: the fold, the replay and the recurrent
 // kernel all reduce through here, which is what makes their states bit-identical.

@@ -157,8 +157,11 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_materialize_ker
   constexpr int K = kWarpSize * EPL;
   constexpr int ROWS = RowTiling::kRows;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int hv = blockIdx.y, b = blockIdx.z / p.num_layers, layer = blockIdx.z % p.num_layers;
-  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
+  // Grid as kernel F's: x = (layer, row tile), y = value head, z = request.
+  const int tiles = (p.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock;
+  const int tile = int(blockIdx.x % unsigned(tiles)), layer = int(blockIdx.x / unsigned(tiles));
+  const int hv = blockIdx.y, b = blockIdx.z;
+  const int row0 = (tile * RowTiling::kWarps + warp) * ROWS;
   if (row0 >= p.V) return;
   const int slot = p.slots[b];
   const bool reporter = row0 == 0 && lane == 0 && hv == 0 && layer == 0;

@@ -8,6 +8,7 @@
 #include "replayssm/device/delta_rule.cuh"
 #include "replayssm/device/tiling.cuh"
 #include "replayssm/replayssm.h"
+#include "replayssm/smem.h"
 
 namespace rssm {
 
@@ -24,14 +25,15 @@ struct RingGeometry {
 // Replays n records of `slot` (layer `layer`) into this warp's rows of the checkpoint: records
 // 0..n-1, or path[0..n-1] when `path` is set (checked by the caller); when `track_slot >= 0`,
 // also stores the state after step `track_step` into that slot.
+// `tile` is the block's row tile (16 rows) of value head blockIdx.y.
 template <int EPL, class Act, bool KDA>
-__device__ __forceinline__ void replay_slot(const RingGeometry &geo, int layer, int slot, int n, int track_slot,
-                                            int track_step, const int32_t *path = nullptr) {
+__device__ __forceinline__ void replay_slot(const RingGeometry &geo, int tile, int layer, int slot, int n,
+                                            int track_slot, int track_step, const int32_t *path = nullptr) {
   constexpr int K = kWarpSize * EPL;
   constexpr int ROWS = RowTiling::kRows;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int hv = blockIdx.y;
-  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
+  const int row0 = (tile * RowTiling::kWarps + warp) * ROWS;
   const int h = hv / (geo.HV / geo.H);
   const int kc = lane * EPL;
   bool row_ok[ROWS];
@@ -69,6 +71,100 @@ __device__ __forceinline__ void replay_slot(const RingGeometry &geo, int layer, 
   store_rows(state, K, row_ok, s);
 }
 
+// RSSM_IMPL_PREFETCH of replay_slot: the same float operations in the same order (so the same
+// bits), with every load hoisted out of the step loop. The state load is issued first; the n
+// records are then read once per block (each warp normalises its share of the keys with the
+// warp layout the step uses, so a key's bits do not depend on which warp normalised it) into
+// shared memory, and the step loop touches only shared memory and registers. Every thread of the
+// block must call it (one barrier); rows past V are computed as zeros and never stored.
+template <int EPL, class Act, bool KDA>
+__device__ __forceinline__ void replay_slot_prefetch(const RingGeometry &geo, int tile, int layer, int slot, int n,
+                                                     int track_slot, int track_step, const int32_t *path) {
+  constexpr int K = kWarpSize * EPL;
+  constexpr int ROWS = RowTiling::kRows;
+  constexpr int RB = RowTiling::kRowsPerBlock;
+  constexpr int GW = KDA ? EPL : 1;  // decay values per lane
+  static_assert(RB == 16, "replay_prefetch_smem_floats stages 16 rows of v per record");
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int hv = blockIdx.y;
+  const int block_row0 = tile * RB, row0 = block_row0 + warp * ROWS;
+  const int h = hv / (geo.HV / geo.H);
+  const int kc = lane * EPL;
+  bool row_ok[ROWS];
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < geo.V;
+
+  const int64_t head = int64_t(geo.V) * K;
+  const int64_t slot_base = int64_t(layer) * geo.num_slots;
+  float *state = geo.state + ((slot_base + slot) * geo.HV + hv) * head + int64_t(row0) * K + kc;
+  float *track = track_slot >= 0 ? geo.state + ((slot_base + track_slot) * geo.HV + hv) * head + int64_t(row0) * K + kc
+                                 : nullptr;
+  float s[ROWS][EPL];
+  load_rows(state, K, row_ok, s);  // in flight while the records are staged
+
+  const int W = geo.window;
+  const Act *rk = static_cast<const Act *>(geo.ring_k) + ((slot_base + slot) * geo.H + h) * int64_t(W) * K + kc;
+  const Act *rv =
+      static_cast<const Act *>(geo.ring_v) + ((slot_base + slot) * geo.HV + hv) * int64_t(W) * geo.V + block_row0;
+  const int64_t gate_base = ((slot_base + slot) * geo.HV + hv) * int64_t(W);
+  const float *rg = geo.ring_g + (KDA ? gate_base * K + kc : gate_base);
+  const float *rb = geo.ring_beta + gate_base;
+  RSSM_DYNAMIC_SMEM(float, smem);
+  float *key_s = smem;                        // [n][K]
+  float *decay_s = key_s + int64_t(W) * K;    // [n][K] (KDA) or [n]
+  float *beta_s = decay_s + int64_t(W) * (KDA ? K : 1);  // [n]
+  float *v_s = beta_s + W;                    // [n][16]
+  for (int step = warp; step < n; step += RowTiling::kWarps) {
+    const int t = path ? path[step] : step;
+    float kh[EPL];
+    load_key(rk + int64_t(t) * K, geo.l2norm, kh);
+    float g[GW];
+    RSSM_UNROLL
+    for (int j = 0; j < GW; ++j) g[j] = rg[KDA ? int64_t(t) * K + j : t];
+    const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
+    RSSM_UNROLL
+    for (int j = 0; j < EPL; ++j) key_s[step * K + kc + j] = kh[j];
+    if constexpr (KDA) {
+      RSSM_UNROLL
+      for (int j = 0; j < EPL; ++j) decay_s[step * K + kc + j] = decay.d[j];
+    } else if (lane == 0) {
+      decay_s[step] = decay.d[0];
+    }
+    if (lane == 0) beta_s[step] = rb[t];
+  }
+  for (int i = threadIdx.x; i < n * RB; i += RowTiling::kThreads) {
+    const int step = i / RB, r = i % RB;
+    const int t = path ? path[step] : step;
+    v_s[i] = block_row0 + r < geo.V ? to_float(rv[int64_t(t) * geo.V + r]) : 0.0f;
+  }
+  __syncthreads();
+  for (int step = 0; step < n; ++step) {
+    float kh[EPL];
+    RSSM_UNROLL
+    for (int j = 0; j < EPL; ++j) kh[j] = key_s[step * K + kc + j];
+    Decay<EPL, KDA> decay;
+    RSSM_UNROLL
+    for (int j = 0; j < GW; ++j) decay.d[j] = KDA ? decay_s[step * K + kc + j] : decay_s[step];
+    float vr[ROWS];
+    RSSM_UNROLL
+    for (int r = 0; r < ROWS; ++r) vr[r] = v_s[step * RB + warp * ROWS + r];
+    delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, beta_s[step], vr);
+    if (track && step == track_step) store_rows(track, K, row_ok, s);
+  }
+  store_rows(state, K, row_ok, s);
+}
+
+// Replays into this block's rows with the implementation PREFETCH selects (a compile-time choice:
+// each implementation is its own kernel instantiation).
+template <int EPL, class Act, bool KDA, bool PREFETCH>
+__device__ __forceinline__ void replay_rows(const RingGeometry &geo, int tile, int layer, int slot, int n,
+                                            int track_slot, int track_step, const int32_t *path) {
+  if constexpr (PREFETCH)
+    replay_slot_prefetch<EPL, Act, KDA>(geo, tile, layer, slot, n, track_slot, track_step, path);
+  else
+    replay_slot<EPL, Act, KDA>(geo, tile, layer, slot, n, track_slot, track_step, path);
+}
+
 // Device-side checks of request b's indices; false = skip it (flagged when invalid). A live slot
 // shared with another request skips both (their state writes would race). Every lane of the warp
 // calls it (the duplicate scan is a warp collective).
@@ -102,17 +198,18 @@ __device__ __forceinline__ int accepted_path_length(const int32_t *row, int widt
 
 // (The min-blocks hint of 1 keeps ptxas from a heuristic register cap that spilled 8 bytes in
 // replay_kernel<8, float, false>; tests/resources.rs guards it.)
-template <int EPL, class Act, bool KDA>
+template <int EPL, class Act, bool KDA, bool PREFETCH>
 __global__ void __launch_bounds__(RowTiling::kThreads, 1) replay_kernel(const rssm_replay_params p) {
   const int warp = threadIdx.x / kWarpSize;
-  if (int((blockIdx.x * RowTiling::kWarps + warp) * RowTiling::kRows) >= p.V) return;
+  // (PREFETCH keeps every warp: its records are staged behind a block barrier.)
+  if (!PREFETCH && int((blockIdx.x * RowTiling::kWarps + warp) * RowTiling::kRows) >= p.V) return;
   const RingGeometry geo{p.state, p.ring_v, p.ring_k, p.ring_g, p.ring_beta, p.error_word,
                          p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0};
   const int b = blockIdx.z;
   const int slot = p.slots[b], n = p.counts[b];
   const bool reporter = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
   if (!replay_indices_ok(geo, p.slots, p.batch, b, slot, n, reporter)) return;
-  replay_slot<EPL, Act, KDA>(geo, p.layer, slot, n, -1, -1);
+  replay_rows<EPL, Act, KDA, PREFETCH>(geo, blockIdx.x, p.layer, slot, n, -1, -1, nullptr);
 }
 
 }  // namespace rssm

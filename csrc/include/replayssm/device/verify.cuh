@@ -17,14 +17,10 @@
 #include "replayssm/device/delta_rule.cuh"
 #include "replayssm/device/tiling.cuh"
 #include "replayssm/replayssm.h"
+#include "replayssm/smem.h"
 
 namespace rssm {
 
-// Dynamic shared memory of one block, in 4-byte words: the float arrays, then the tree
-// (parent and ancestor mask per position, one validity flag).
-inline __host__ __device__ int64_t verify_smem_floats(int T, int K, bool kda) {
-  return int64_t(2) * T * K + int64_t(T) * (kda ? K : 1) + T + int64_t(2) * T * T + 2 * T + 1;
-}
 
 // Phase 0 (one thread): parent and strict-ancestor mask of every window position. parent == NULL
 // is the linear chain. False when a parent is outside -1..i-1 (not topologically ordered).
@@ -38,70 +34,87 @@ __device__ __forceinline__ bool build_tree(const int32_t *parent, int bos, int l
   return true;
 }
 
-template <int EPL, class Act, bool KDA>
-__global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_verify_params p) {
-  constexpr int K = kWarpSize * EPL;
-  constexpr int ROWS = RowTiling::kRows;
-  constexpr int TMAX = RSSM_MAX_VERIFY_WINDOW;
-  constexpr int GW = KDA ? K : 1;
-  static_assert(TMAX <= 32, "ancestor sets are 32-bit masks");
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int hv = blockIdx.y, req = blockIdx.z;
-  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
-  const int group = p.HV / p.H, h = hv / group;
-  const int kc = lane * EPL;
-  const int T = p.max_seqlen;
+// Request `req` of a verify launch after its device-side checks (every exit they cause is
+// uniform over the block).
+struct VerifyRequest {
+  int bos, len, slot;
+  bool live;  // a trusted slot shared with no other request: outputs and ring records are computed
+};
 
-  // Device-side indices are checked, not trusted. Every exit below is uniform over the block.
-  const int bos = p.cu_seqlens[req], eos = p.cu_seqlens[req + 1];
-  if (bos < 0 || eos < bos || eos > p.num_tokens || eos - bos > T || T > TMAX) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) report_device_error(p.error_word, RSSM_DEVERR_BAD_SEQLENS);
-    return;
+// False when the request's window itself cannot be trusted (flagged; the block does nothing).
+// Every lane of every warp calls it (the duplicate scan is a warp collective).
+__device__ __forceinline__ bool verify_request(const rssm_verify_params &p, int req, bool reporter, VerifyRequest &r) {
+  const int bos = p.cu_seqlens[req], eos = p.cu_seqlens[req + 1], slot = p.slots[req];
+  if (bos < 0 || eos < bos || eos > p.num_tokens || eos - bos > p.max_seqlen || p.max_seqlen > RSSM_MAX_VERIFY_WINDOW) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_SEQLENS);
+    return false;
   }
-  const int len = eos - bos;
-  const int slot = p.slots[req];
   const bool bad_slot = slot < -1 || slot >= p.num_slots;
-  const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
   if (bad_slot && reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
   // A live slot shared with another request: both are skipped (their ring writes would race).
   const bool dup = slot >= 0 && !bad_slot && warp_find_other(p.slots, p.batch, req, slot);
   if (dup && reporter) report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
+  r = VerifyRequest{bos, eos - bos, slot, slot >= 0 && !bad_slot && !dup};
+  return true;
+}
 
-  RSSM_DYNAMIC_SMEM(float, smem);
-  float *kh = smem;              // [T][K] normalised keys
-  float *qh = kh + T * K;        // [T][K] normalised, scaled queries
-  float *G = qh + T * K;         // [T][GW] log decays, then their sums along root paths
-  float *beta = G + T * GW;      // [T]
-  float *A = beta + T;           // [T][T] strict ancestors only
-  float *Sc = A + T * T;         // [T][T] ancestors and the diagonal
-  int *par = reinterpret_cast<int *>(Sc + T * T);        // [T] parent position, -1 = checkpoint
-  uint32_t *anc = reinterpret_cast<uint32_t *>(par + T);  // [T] bit j: j is a strict ancestor
-  int *tree_ok = reinterpret_cast<int *>(anc + T);
+// The window's shared arrays (verify_smem_floats words from `smem`).
+struct WindowSmem {
+  float *kh;      // [T][K] normalised keys (STAGED: then scaled by their decays, KDA)
+  float *qh;      // [T][K] normalised, scaled queries (likewise)
+  float *G;       // [T][GW] log decays, then their sums along root paths
+  float *beta;    // [T]
+  float *A;       // [T][T] strict ancestors only
+  float *Sc;      // [T][T] ancestors and the diagonal
+  int *par;       // [T] parent position, -1 = checkpoint
+  uint32_t *anc;  // [T] bit j: j is a strict ancestor
+  int *tree_ok;
+};
 
-  const bool live = slot >= 0 && !bad_slot && !dup;
-  if (live) {  // uniform over the block: slot is per request
-    if (threadIdx.x == 0) *tree_ok = build_tree(p.parent, bos, len, par, anc);
-    __syncthreads();
-  }
-  const bool bad_tree = live && !*tree_ok;
-  if (bad_tree && reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_TREE);
-  Act *o = static_cast<Act *>(p.o);
-  if (!live || bad_tree) {  // null, untrusted slot or bad tree: zero outputs, no ring writes
-    for (int t = bos; t < eos; ++t)
-      if (lane < ROWS && row0 + lane < p.V)
-        o[int64_t(t) * p.o_stride + int64_t(hv) * p.V + row0 + lane] = from_float<Act>(0.0f);
-    return;
-  }
+__device__ __forceinline__ WindowSmem window_smem(float *smem, int T, int K, bool kda) {
+  WindowSmem w;
+  w.kh = smem;
+  w.qh = w.kh + T * K;
+  w.G = w.qh + T * K;
+  w.beta = w.G + T * (kda ? K : 1);
+  w.A = w.beta + T;
+  w.Sc = w.A + T * T;
+  w.par = reinterpret_cast<int *>(w.Sc + T * T);
+  w.anc = reinterpret_cast<uint32_t *>(w.par + T);
+  w.tree_ok = reinterpret_cast<int *>(w.anc + T);
+  return w;
+}
 
+// Phase 0 for a live request: the tree, once per block. False (flagged) for a bad tree. Whole block.
+__device__ __forceinline__ bool verify_tree_ok(const rssm_verify_params &p, const VerifyRequest &r, const WindowSmem &w,
+                                               bool reporter) {
+  if (threadIdx.x == 0) *w.tree_ok = build_tree(p.parent, r.bos, r.len, w.par, w.anc);
+  __syncthreads();
+  const bool ok = *w.tree_ok != 0;
+  if (!ok && reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_TREE);
+  return ok;
+}
+
+// Phases 1-3 of a live request's window into shared memory (both implementations of V run this
+// code, so their window matrices are the same bits). Block 0 of the head writes the raw k, g and
+// beta ring records. Whole block (4 warps); ends with a barrier.
+template <int EPL, class Act, bool KDA>
+__device__ __forceinline__ void build_window(const rssm_verify_params &p, const VerifyRequest &r, const WindowSmem &w,
+                                             int hv, int64_t layer_slot) {
+  constexpr int K = kWarpSize * EPL;
+  constexpr int GW = KDA ? K : 1;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int group = p.HV / p.H, h = hv / group;
+  const int kc = lane * EPL;
+  const int T = p.max_seqlen;
   const bool ring = p.ring_v != nullptr;
-  const int64_t layer_slot = int64_t(p.layer) * p.num_slots + slot;
   const Act *q = static_cast<const Act *>(p.q);
   const Act *k = static_cast<const Act *>(p.k);
   const GateSource gate{p.a, p.b, p.A_log, p.dt_bias, p.g, p.beta, p.a_stride, p.b_stride, p.HV};
 
   // Phase 1: per position (one warp each, round robin).
-  for (int i = warp; i < len; i += RowTiling::kWarps) {
-    const int64_t tok = bos + i;
+  for (int i = warp; i < r.len; i += RowTiling::kWarps) {
+    const int64_t tok = r.bos + i;
     const Act *k_in = k + tok * p.k_stride + int64_t(h) * K + kc;
     float kv[EPL], qv[EPL];
     load_key(k_in, p.qk_l2norm != 0, kv);
@@ -110,16 +123,16 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
     token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, b);
     RSSM_UNROLL
     for (int j = 0; j < EPL; ++j) {
-      kh[i * K + kc + j] = kv[j];
-      qh[i * K + kc + j] = qv[j] * p.scale;
+      w.kh[i * K + kc + j] = kv[j];
+      w.qh[i * K + kc + j] = qv[j] * p.scale;
     }
     if constexpr (KDA) {
       RSSM_UNROLL
-      for (int j = 0; j < EPL; ++j) G[i * K + kc + j] = g[j];
+      for (int j = 0; j < EPL; ++j) w.G[i * K + kc + j] = g[j];
     } else if (lane == 0) {
-      G[i] = g[0];
+      w.G[i] = g[0];
     }
-    if (lane == 0) beta[i] = b;
+    if (lane == 0) w.beta[i] = b;
     // Raw ring record of position i (k once per key head, gate once per value head).
     if (ring && i < p.window && blockIdx.x == 0) {
       const int64_t gate_at = (layer_slot * p.HV + hv) * p.window + i;
@@ -141,39 +154,86 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
 
   // Phase 2: G_i = G_parent(i) + g_i (a chain: the prefix sum), per channel for KDA.
   for (int c = threadIdx.x; c < GW; c += blockDim.x)
-    for (int i = 1; i < len; ++i)
-      if (par[i] >= 0) G[i * GW + c] = G[par[i] * GW + c] + G[i * GW + c];
+    for (int i = 1; i < r.len; ++i)
+      if (w.par[i] >= 0) w.G[i * GW + c] = w.G[w.par[i] * GW + c] + w.G[i * GW + c];
   __syncthreads();
 
   // Phase 3: the window matrices, one (i, j) pair per warp, round robin.
-  for (int i = 0, pair = 0; i < len; ++i) {
+  for (int i = 0, pair = 0; i < r.len; ++i) {
     for (int j = 0; j <= i; ++j, ++pair) {
       if (pair % RowTiling::kWarps != warp) continue;
-      if (j < i && !((anc[i] >> j) & 1u)) {  // not on i's root path: outside the mask
-        if (lane == 0) A[i * T + j] = Sc[i * T + j] = 0.0f;
+      if (j < i && !((w.anc[i] >> j) & 1u)) {  // not on i's root path: outside the mask
+        if (lane == 0) w.A[i * T + j] = w.Sc[i * T + j] = 0.0f;
         continue;
       }
       float d[2] = {0.0f, 0.0f};  // k_i . k_j and q_i . k_j, decayed per channel for KDA
       RSSM_UNROLL
       for (int e = 0; e < EPL; ++e) {
         const int c = kc + e;
-        float kj = kh[j * K + c];
-        if constexpr (KDA) kj = kj * expf(G[i * K + c] - G[j * K + c]);
-        d[0] = fmaf(kh[i * K + c], kj, d[0]);
-        d[1] = fmaf(qh[i * K + c], kj, d[1]);
+        float kj = w.kh[j * K + c];
+        if constexpr (KDA) kj = kj * expf(w.G[i * K + c] - w.G[j * K + c]);
+        d[0] = fmaf(w.kh[i * K + c], kj, d[0]);
+        d[1] = fmaf(w.qh[i * K + c], kj, d[1]);
       }
       warp_sum(d);
       if (lane == 0) {
-        const float decay = KDA ? 1.0f : expf(G[i] - G[j]);
-        A[i * T + j] = j < i ? beta[i] * (decay * d[0]) : 0.0f;
-        Sc[i * T + j] = decay * d[1];
+        const float decay = KDA ? 1.0f : expf(w.G[i] - w.G[j]);
+        w.A[i * T + j] = j < i ? w.beta[i] * (decay * d[0]) : 0.0f;
+        w.Sc[i * T + j] = decay * d[1];
       }
     }
   }
   __syncthreads();
+}
+
+// Zero outputs for rows row_begin..row_end of a request whose slot is null, untrusted or whose
+// tree is bad (nothing else is written). Whole block.
+template <class Act>
+__device__ __forceinline__ void verify_zero_outputs(const rssm_verify_params &p, const VerifyRequest &r, int hv,
+                                                    int row_begin, int row_end) {
+  Act *o = static_cast<Act *>(p.o);
+  const int rows = row_end - row_begin;
+  for (int idx = threadIdx.x; idx < r.len * rows; idx += blockDim.x) {
+    const int i = idx / rows, row = row_begin + idx % rows;
+    o[int64_t(r.bos + i) * p.o_stride + int64_t(hv) * p.V + row] = from_float<Act>(0.0f);
+  }
+}
+
+// RSSM_IMPL_DEFAULT: one block per (16-row tile, value head, request); every block builds the
+// window, then each warp reads its 4 checkpoint rows and solves with whole-warp reductions.
+template <int EPL, class Act, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_verify_params p) {
+  constexpr int K = kWarpSize * EPL;
+  constexpr int ROWS = RowTiling::kRows;
+  constexpr int TMAX = RSSM_MAX_VERIFY_WINDOW;
+  constexpr int GW = KDA ? K : 1;
+  static_assert(TMAX <= 32, "ancestor sets are 32-bit masks");
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int hv = blockIdx.y, req = blockIdx.z;
+  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
+  const int kc = lane * EPL;
+  const int T = p.max_seqlen;
+  const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
+
+  VerifyRequest rq;
+  if (!verify_request(p, req, reporter, rq)) return;
+  RSSM_DYNAMIC_SMEM(float, smem);
+  const WindowSmem w = window_smem(smem, T, K, KDA);
+  const bool tree_ok = rq.live && verify_tree_ok(p, rq, w, reporter);
+  if (!tree_ok) {  // null, untrusted slot or bad tree: zero outputs, no ring writes
+    const int begin = blockIdx.x * RowTiling::kRowsPerBlock;
+    const int end = begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V;
+    verify_zero_outputs<Act>(p, rq, hv, begin, end);
+    return;
+  }
+  const int64_t layer_slot = int64_t(p.layer) * p.num_slots + rq.slot;
+  build_window<EPL, Act, KDA>(p, rq, w, hv, layer_slot);
 
   // Phase 4: per warp, its rows of the checkpoint (read only) and the forward substitution.
   if (row0 >= p.V) return;
+  const int bos = rq.bos, len = rq.len;
+  const bool ring = p.ring_v != nullptr;
+  Act *o = static_cast<Act *>(p.o);
   bool row_ok[ROWS];
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
@@ -191,9 +251,9 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
     float kd[EPL], qd[EPL];
     RSSM_UNROLL
     for (int e = 0; e < EPL; ++e) {
-      const float decay = KDA ? expf(G[i * GW + kc + e]) : 1.0f;
-      kd[e] = kh[i * K + kc + e] * decay;
-      qd[e] = qh[i * K + kc + e] * decay;
+      const float decay = KDA ? expf(w.G[i * GW + kc + e]) : 1.0f;
+      kd[e] = w.kh[i * K + kc + e] * decay;
+      qd[e] = w.qh[i * K + kc + e] * decay;
     }
     float dk[ROWS], dq[ROWS];
     RSSM_UNROLL
@@ -208,20 +268,20 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
     }
     warp_sum(dk);
     warp_sum(dq);
-    const float eG = KDA ? 1.0f : expf(G[i]);
-    const uint32_t anc_i = anc[i];  // a chain: every j < i
+    const float eG = KDA ? 1.0f : expf(w.G[i]);
+    const uint32_t anc_i = w.anc[i];  // a chain: every j < i
     RSSM_UNROLL
     for (int r = 0; r < ROWS; ++r) {
       const Act v_raw = row_ok[r] ? v[tok * p.v_stride + int64_t(hv) * p.V + row0 + r] : from_float<Act>(0.0f);
-      float acc = beta[i] * (to_float(v_raw) - eG * dk[r]);
+      float acc = w.beta[i] * (to_float(v_raw) - eG * dk[r]);
       RSSM_UNROLL
       for (int j = 0; j < TMAX; ++j)
-        if (j < i && ((anc_i >> j) & 1u)) acc = fmaf(-A[i * T + j], u[j][r], acc);
+        if (j < i && ((anc_i >> j) & 1u)) acc = fmaf(-w.A[i * T + j], u[j][r], acc);
       u[i][r] = acc;
       float out = eG * dq[r];
       RSSM_UNROLL
       for (int j = 0; j < TMAX; ++j)
-        if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(Sc[i * T + j], u[j][r], out);
+        if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(w.Sc[i * T + j], u[j][r], out);
       if (lane == r && row_ok[r]) {
         o[tok * p.o_stride + int64_t(hv) * p.V + row0 + r] = from_float<Act>(out);
         if (ring_v && i < p.window) ring_v[int64_t(i) * p.V + r] = v_raw;

@@ -1,0 +1,166 @@
+// Kernel V, RSSM_IMPL_STAGED: the chunked verify of verify.cuh (same window code, same contract,
+// checked by the same tolerance) laid out for bandwidth.
+//
+// One block per (row block of `block_rows` rows, value head, request). The block builds the
+// window once (build_window) instead of once per 16 rows, folds the decays into the staged keys
+// and queries, stages the block's v tile in shared memory (and writes its ring_v records), and
+// then streams its checkpoint rows in passes of 16 rows: the first pass's rows are loaded before
+// the window is built, each later pass's while the previous one computes. Within a pass a state
+// row belongs to 8 lanes (4 rows per warp), each lane holding 4 * EPL channels as float4 chunks
+// strided by 32 channels (coalesced global loads, conflict-free shared reads), so a position's two
+// dot products per row need a 3-level butterfly instead of DEFAULT's 5 levels over 4 rows.
+// Outputs are staged in shared memory and stored as 16-byte vectors where aligned.
+#pragma once
+
+#include "replayssm/device/verify.cuh"
+
+namespace rssm {
+
+// One state row's channels for the 8-lane layout: chunk m of lane l8 is channels 4 (l8 + 8 m) ..+3.
+template <int CH>
+__device__ __forceinline__ void load_staged_row(const float *row, bool ok, int l8, float (&s)[CH][4]) {
+  RSSM_UNROLL
+  for (int m = 0; m < CH; ++m) {
+    if (ok) {
+      load_f32(row + 4 * (l8 + 8 * m), s[m]);
+    } else {
+      RSSM_UNROLL
+      for (int c = 0; c < 4; ++c) s[m][c] = 0.0f;
+    }
+  }
+}
+
+// (The min-blocks hint of 1 keeps ptxas from the heuristic register cap that spilled 8 bytes at
+// K = 64, KDA; tests/resources.rs guards it.)
+template <int EPL, class Act, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_staged_kernel(const rssm_verify_params p) {
+  constexpr int K = kWarpSize * EPL;
+  constexpr int LPR = 8;                           // lanes per state row
+  constexpr int RPW = kWarpSize / LPR;             // rows per warp and pass
+  constexpr int RPP = RPW * RowTiling::kWarps;     // rows per pass (16)
+  constexpr int CH = K / (4 * LPR);                // float4 chunks per lane and row (= EPL)
+  constexpr int TMAX = RSSM_MAX_VERIFY_WINDOW;
+  static_assert(TMAX <= 32, "ancestor sets are 32-bit masks");
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int l8 = lane % LPR, sub = lane / LPR;
+  const int hv = blockIdx.y, req = blockIdx.z;
+  const int RB = verify_staged_block_rows(p.block_rows, p.V);
+  const int rb0 = blockIdx.x * RB;
+  const int rows = RB < p.V - rb0 ? RB : p.V - rb0;  // > 0: the grid has ceil(V / RB) row blocks
+  const int passes = (rows + RPP - 1) / RPP;
+  const int T = p.max_seqlen;
+  const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
+
+  VerifyRequest rq;
+  if (!verify_request(p, req, reporter, rq)) return;
+  RSSM_DYNAMIC_SMEM(float, smem);
+  const WindowSmem w = window_smem(smem, T, K, KDA);
+  float *eG = smem + verify_smem_floats(T, K, KDA);  // [T]
+  float *v_s = eG + T;                               // [T][RB]
+  float *o_s = v_s + T * RB;                         // [T][RB]
+
+  // The first pass's checkpoint rows, in flight while the window is built.
+  const int64_t layer_slot = int64_t(p.layer) * p.num_slots + (rq.live ? rq.slot : 0);
+  const float *head_state = p.state + (layer_slot * p.HV + hv) * int64_t(p.V) * K;
+  const int my = warp * RPW + sub;  // this lane group's row within a pass
+  float s[CH][4];
+  load_staged_row(head_state + int64_t(rb0 + my) * K, rq.live && my < rows, l8, s);
+
+  const bool tree_ok = rq.live && verify_tree_ok(p, rq, w, reporter);
+  if (!tree_ok) {  // null, untrusted slot or bad tree: zero outputs, no ring writes
+    verify_zero_outputs<Act>(p, rq, hv, rb0, rb0 + rows);
+    return;
+  }
+  build_window<EPL, Act, KDA>(p, rq, w, hv, layer_slot);
+
+  // Once per block: the decays folded into keys and queries (DEFAULT does this per row), the v
+  // tile staged and its raw values written to the ring.
+  const int bos = rq.bos, len = rq.len;
+  if constexpr (KDA) {
+    for (int idx = threadIdx.x; idx < len * K; idx += blockDim.x) {
+      const float decay = expf(w.G[idx]);
+      w.kh[idx] = w.kh[idx] * decay;
+      w.qh[idx] = w.qh[idx] * decay;
+    }
+  } else {
+    for (int i = threadIdx.x; i < len; i += blockDim.x) eG[i] = expf(w.G[i]);
+  }
+  const Act *v = static_cast<const Act *>(p.v) + int64_t(hv) * p.V + rb0;
+  Act *ring_v = p.ring_v ? static_cast<Act *>(p.ring_v) + (layer_slot * p.HV + hv) * int64_t(p.window) * p.V + rb0
+                         : nullptr;
+  for (int idx = threadIdx.x; idx < len * rows; idx += blockDim.x) {
+    const int i = idx / rows, r = idx % rows;
+    const Act x = v[int64_t(bos + i) * p.v_stride + r];
+    v_s[i * RB + r] = to_float(x);
+    if (ring_v && i < p.window) ring_v[int64_t(i) * p.V + r] = x;
+  }
+  __syncthreads();
+
+  float u[TMAX];
+  for (int pass = 0; pass < passes; ++pass) {
+    const int local = pass * RPP + my;
+    const bool ok = local < rows;
+    float next[CH][4];
+    const bool more = pass + 1 < passes;
+    if (more) load_staged_row(head_state + int64_t(rb0 + local + RPP) * K, local + RPP < rows, l8, next);
+    RSSM_UNROLL
+    for (int i = 0; i < TMAX; ++i) {
+      if (i >= len) break;
+      float d[2] = {0.0f, 0.0f};  // S k_i and S q_i of this row (decays folded in)
+      RSSM_UNROLL
+      for (int m = 0; m < CH; ++m) {
+        const int c0 = 4 * (l8 + LPR * m);
+        float kq[4], qq[4];
+        load_f32(w.kh + i * K + c0, kq);
+        load_f32(w.qh + i * K + c0, qq);
+        RSSM_UNROLL
+        for (int c = 0; c < 4; ++c) {
+          d[0] = fmaf(s[m][c], kq[c], d[0]);
+          d[1] = fmaf(s[m][c], qq[c], d[1]);
+        }
+      }
+      RSSM_UNROLL
+      for (int off = LPR / 2; off > 0; off >>= 1) {
+        d[0] += __shfl_xor_sync(kFullMask, d[0], off);
+        d[1] += __shfl_xor_sync(kFullMask, d[1], off);
+      }
+      const float eg = KDA ? 1.0f : eG[i];
+      const uint32_t anc_i = w.anc[i];  // a chain: every j < i
+      const float vi = ok ? v_s[i * RB + local] : 0.0f;
+      float acc = w.beta[i] * (vi - eg * d[0]);
+      RSSM_UNROLL
+      for (int j = 0; j < TMAX; ++j)
+        if (j < i && ((anc_i >> j) & 1u)) acc = fmaf(-w.A[i * T + j], u[j], acc);
+      u[i] = acc;
+      float out = eg * d[1];
+      RSSM_UNROLL
+      for (int j = 0; j < TMAX; ++j)
+        if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(w.Sc[i * T + j], u[j], out);
+      if (l8 == 0 && ok) o_s[i * RB + local] = out;
+    }
+    if (more) {
+      RSSM_UNROLL
+      for (int m = 0; m < CH; ++m)
+        RSSM_UNROLL
+        for (int c = 0; c < 4; ++c) s[m][c] = next[m][c];
+    }
+  }
+  __syncthreads();
+
+  // The output tile, 16 bytes per store where the row allows it.
+  constexpr int VEC = 16 / int(sizeof(Act));
+  Act *o = static_cast<Act *>(p.o) + int64_t(hv) * p.V + rb0;
+  const int chunks = (rows + VEC - 1) / VEC;
+  for (int idx = threadIdx.x; idx < len * chunks; idx += blockDim.x) {
+    const int i = idx / chunks, r0 = (idx % chunks) * VEC;
+    Act *dst = o + int64_t(bos + i) * p.o_stride + r0;
+    const float *src = o_s + i * RB + r0;
+    if (r0 + VEC <= rows && (reinterpret_cast<uintptr_t>(dst) % 16) == 0) {
+      store_act16(dst, src);
+    } else {
+      for (int r = 0; r < VEC && r0 + r < rows; ++r) dst[r] = from_float<Act>(src[r]);
+    }
+  }
+}
+
+}  // namespace rssm

@@ -1,0 +1,38 @@
+// Dynamic shared memory of the kernels that take it, one formula each, for the launchers, the
+// host checks (can_implement.h) and the exported size queries (host_api.cpp).
+#pragma once
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define RSSM_HOST_DEVICE __host__ __device__
+#else
+#define RSSM_HOST_DEVICE
+#endif
+
+namespace rssm {
+
+// Kernel V (both implementations): one block's window arrays, in 4-byte words: the float arrays,
+// then the tree (parent and ancestor mask per position, one validity flag).
+inline RSSM_HOST_DEVICE int64_t verify_smem_floats(int T, int K, bool kda) {
+  return int64_t(2) * T * K + int64_t(T) * (kda ? K : 1) + T + int64_t(2) * T * T + 2 * T + 1;
+}
+
+// State rows one STAGED verify block covers: block_rows, or the whole head (V rounded up to 16).
+inline RSSM_HOST_DEVICE int verify_staged_block_rows(int block_rows, int V) {
+  return block_rows > 0 ? block_rows : (V + 15) / 16 * 16;
+}
+
+// One STAGED verify block: the window arrays, exp of the GDN decay sums [T], the v tile and the
+// output tile [T][rows].
+inline RSSM_HOST_DEVICE int64_t verify_staged_smem_floats(int T, int K, bool kda, int rows) {
+  return verify_smem_floats(T, K, kda) + T + int64_t(2) * T * rows;
+}
+
+// RSSM_IMPL_PREFETCH of F and P: per ring record its normalised key, decay factors, beta and the
+// v values of the block's 16 rows.
+inline RSSM_HOST_DEVICE int64_t replay_prefetch_smem_floats(int window, int K, bool kda) {
+  return int64_t(window) * (K + (kda ? K : 1) + 1 + 16);
+}
+
+}  // namespace rssm

@@ -1,0 +1,508 @@
+//! Which implementation of a kernel a launch runs (`rssm_impl` and `block_rows` of the kernel
+//! params), chosen per call from a tuning table keyed by (kernel, GDN | KDA, K, HV, T bucket,
+//! B bucket).
+//!
+//! Every implementation computes the same contract (F and P bit for bit, V within its tolerance),
+//! so the choice is only about speed, and a table can never make a valid call fail: a choice that
+//! does not fit the call (shared memory, window) falls back to [`Impl::Default`]. The table is
+//! data: `bench/autotune/h200.json` is compiled in, `REPLAYSSM_TUNE_TABLE=<path>` replaces it, and
+//! `replayssm bench --tune` writes one. A missing or corrupt table prints one warning on stderr
+//! and every call takes the default. Tests and the bench pin a choice with [`force`].
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ffi;
+
+/// The format tag of a table file.
+pub const TABLE_FORMAT: &str = "replayssm-tune/1";
+
+/// The table shipped with the crate (the H200 targets).
+pub const SHIPPED_TABLE: &str = include_str!("../bench/autotune/h200.json");
+
+/// The environment variable naming a table file that replaces the shipped one.
+pub const TABLE_ENV: &str = "REPLAYSSM_TUNE_TABLE";
+
+/// A tunable kernel. VT runs V's implementations, FT F's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Kernel {
+    V,
+    F,
+    P,
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// An implementation (`rssm_impl`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Impl {
+    /// V: one block per 16 rows; F, P: records read in the step loop; the only one of D.
+    Default,
+    /// V: window built once per block, state streamed over `block_rows` rows.
+    Staged,
+    /// F, P: the request's records staged in shared memory before the step loop.
+    Prefetch,
+}
+
+impl Impl {
+    pub fn to_ffi(self) -> i32 {
+        (match self {
+            Impl::Default => ffi::rssm_impl_RSSM_IMPL_DEFAULT,
+            Impl::Staged => ffi::rssm_impl_RSSM_IMPL_STAGED,
+            Impl::Prefetch => ffi::rssm_impl_RSSM_IMPL_PREFETCH,
+        }) as i32
+    }
+}
+
+/// What a launch runs: an implementation and its rows per block (0 = its own default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Choice {
+    #[serde(rename = "impl")]
+    pub imp: Impl,
+    #[serde(default)]
+    pub block_rows: u32,
+}
+
+impl Choice {
+    pub const DEFAULT: Choice = Choice {
+        imp: Impl::Default,
+        block_rows: 0,
+    };
+
+    /// Every implementation `kernel` has, with the row splits worth timing: what `bench --tune`
+    /// sweeps and the correctness suites run.
+    pub fn all(kernel: Kernel) -> Vec<Choice> {
+        let c = |imp, block_rows| Choice { imp, block_rows };
+        match kernel {
+            Kernel::V => vec![
+                Choice::DEFAULT,
+                c(Impl::Staged, 0),
+                c(Impl::Staged, 16),
+                c(Impl::Staged, 32),
+                c(Impl::Staged, 64),
+            ],
+            Kernel::F | Kernel::P => vec![Choice::DEFAULT, c(Impl::Prefetch, 0)],
+        }
+    }
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.imp, self.block_rows) {
+            (Impl::Staged, 0) => write!(f, "staged/all-rows"),
+            (Impl::Staged, r) => write!(f, "staged/{r}-rows"),
+            (imp, _) => write!(f, "{}", format!("{imp:?}").to_lowercase()),
+        }
+    }
+}
+
+/// The shape of one call, as the table keys it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key {
+    pub kernel: Kernel,
+    pub kda: bool,
+    pub k: usize,
+    pub v: usize,
+    pub hv: usize,
+    /// Draft window T (V) or ring window W (F, P).
+    pub window: usize,
+    pub batch: usize,
+}
+
+/// Upper ends of the window buckets.
+pub const T_BUCKETS: [usize; 4] = [2, 4, 8, 16];
+/// Upper ends of the batch buckets.
+pub const B_BUCKETS: [usize; 10] = [1, 8, 32, 64, 128, 256, 512, 1024, 4096, 65535];
+
+fn bucket(x: usize, ends: &[usize]) -> usize {
+    ends.iter().copied().find(|&e| x <= e).unwrap_or(usize::MAX)
+}
+
+/// One row of a table: the bucket it covers and what to run there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub kernel: Kernel,
+    /// "gdn" or "kda".
+    pub variant: String,
+    #[serde(rename = "K")]
+    pub k: usize,
+    #[serde(rename = "HV")]
+    pub hv: usize,
+    /// The window bucket's upper end (2, 4, 8, 16).
+    #[serde(rename = "T")]
+    pub t: usize,
+    /// The batch bucket's upper end.
+    #[serde(rename = "B")]
+    pub b: usize,
+    #[serde(flatten)]
+    pub choice: Choice,
+    /// The timing that chose it (microseconds; absent when untimed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_us: Option<f64>,
+}
+
+/// A tuning table (`bench/autotune/*.json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Table {
+    pub format: String,
+    pub device: Option<String>,
+    /// How the entries were obtained (the run, or why there are none).
+    pub source: String,
+    pub command: Option<String>,
+    pub date: Option<String>,
+    pub entries: Vec<Entry>,
+    /// What an untimed run (the emulator) ran and checked, one line per case and implementation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checked: Vec<String>,
+}
+
+/// Why a table could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("tuning table {origin}: not valid JSON of the table format: {source}")]
+    Parse { origin: String, source: serde_json::Error },
+    #[error("tuning table {origin}: format is {found:?}, expected {TABLE_FORMAT:?}")]
+    Format { origin: String, found: String },
+    #[error("tuning table {origin}: entry {index}: {why}")]
+    Entry { origin: String, index: usize, why: String },
+    #[error("tuning table {origin}: cannot read it: {source}")]
+    Read { origin: String, source: std::io::Error },
+}
+
+impl Table {
+    /// Parses and checks a table; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Table, TableError> {
+        let table: Table = serde_json::from_str(text).map_err(|source| TableError::Parse {
+            origin: origin.to_string(),
+            source,
+        })?;
+        if table.format != TABLE_FORMAT {
+            return Err(TableError::Format {
+                origin: origin.to_string(),
+                found: table.format,
+            });
+        }
+        for (index, e) in table.entries.iter().enumerate() {
+            let bad = |why: String| TableError::Entry {
+                origin: origin.to_string(),
+                index,
+                why,
+            };
+            if e.variant != "gdn" && e.variant != "kda" {
+                return Err(bad(format!("variant {:?} is neither \"gdn\" nor \"kda\"", e.variant)));
+            }
+            let staged_rows = e.kernel == Kernel::V && e.choice.imp == Impl::Staged && e.choice.block_rows % 16 == 0;
+            if !(Choice::all(e.kernel).contains(&e.choice) || staged_rows) {
+                return Err(bad(format!("kernel {} has no implementation {}", e.kernel, e.choice)));
+            }
+            if !T_BUCKETS.contains(&e.t) {
+                return Err(bad(format!("T = {} is not a window bucket {T_BUCKETS:?}", e.t)));
+            }
+            if !B_BUCKETS.contains(&e.b) {
+                return Err(bad(format!("B = {} is not a batch bucket {B_BUCKETS:?}", e.b)));
+            }
+        }
+        Ok(table)
+    }
+
+    /// The entry covering `key`, if any.
+    pub fn lookup(&self, key: &Key) -> Option<Choice> {
+        let variant = if key.kda { "kda" } else { "gdn" };
+        let (t, b) = (bucket(key.window, &T_BUCKETS), bucket(key.batch, &B_BUCKETS));
+        self.entries
+            .iter()
+            .find(|e| {
+                e.kernel == key.kernel && e.variant == variant && e.k == key.k && e.hv == key.hv && e.t == t && e.b == b
+            })
+            .map(|e| e.choice)
+    }
+
+    /// Sets the entry of `key`'s bucket (replacing one already there).
+    pub fn insert(&mut self, key: &Key, choice: Choice, median_us: Option<f64>, default_us: Option<f64>) {
+        let entry = Entry {
+            kernel: key.kernel,
+            variant: if key.kda { "kda" } else { "gdn" }.to_string(),
+            k: key.k,
+            hv: key.hv,
+            t: bucket(key.window, &T_BUCKETS),
+            b: bucket(key.batch, &B_BUCKETS),
+            choice,
+            median_us,
+            default_us,
+        };
+        match self.entries.iter_mut().find(|e| {
+            (e.kernel, &e.variant, e.k, e.hv, e.t, e.b)
+                == (entry.kernel, &entry.variant, entry.k, entry.hv, entry.t, entry.b)
+        }) {
+            Some(e) => *e = entry,
+            None => self.entries.push(entry),
+        }
+    }
+}
+
+/// The process's table: `REPLAYSSM_TUNE_TABLE` if set, else the shipped one; `None` (after one
+/// warning on stderr) when it cannot be used.
+pub fn active_table() -> Option<&'static Table> {
+    static TABLE: OnceLock<Option<Table>> = OnceLock::new();
+    TABLE
+        .get_or_init(|| {
+            let loaded = match std::env::var_os(TABLE_ENV) {
+                Some(path) => {
+                    let origin = format!("{} (from {TABLE_ENV})", path.to_string_lossy());
+                    std::fs::read_to_string(&path)
+                        .map_err(|source| TableError::Read {
+                            origin: origin.clone(),
+                            source,
+                        })
+                        .and_then(|text| Table::parse(&text, &origin))
+                }
+                None => Table::parse(SHIPPED_TABLE, "bench/autotune/h200.json (shipped)"),
+            };
+            match loaded {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    eprintln!("replayssm: warning: {e}; every kernel runs its default implementation");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+thread_local! {
+    static FORCED: RefCell<Vec<(Kernel, Choice)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Pins `kernel`'s choice on this thread until the guard drops (tests, `bench --tune`). A pinned
+/// choice that does not fit a call is refused by that call's checks, not replaced.
+pub fn force(kernel: Kernel, choice: Choice) -> Forced {
+    FORCED.with(|f| f.borrow_mut().push((kernel, choice)));
+    Forced { _private: () }
+}
+
+/// Undoes one [`force`] when dropped.
+pub struct Forced {
+    _private: (),
+}
+
+impl Drop for Forced {
+    fn drop(&mut self) {
+        FORCED.with(|f| {
+            f.borrow_mut().pop();
+        });
+    }
+}
+
+fn forced(kernel: Kernel) -> Option<Choice> {
+    FORCED.with(|f| f.borrow().iter().rev().find(|(k, _)| *k == kernel).map(|(_, c)| *c))
+}
+
+/// Whether `choice` can run the call `key` describes (the launch layer's own limits).
+pub fn fits(key: &Key, choice: Choice) -> bool {
+    let kda = key.kda as i32;
+    match (key.kernel, choice.imp) {
+        (_, Impl::Default) => choice.block_rows == 0,
+        (Kernel::V, Impl::Staged) => {
+            choice.block_rows % 16 == 0
+                && choice.block_rows as usize <= crate::limits::MAX_V
+                // SAFETY: a pure size computation.
+                && unsafe {
+                    ffi::rssm_verify_staged_smem_bytes(
+                        key.window as i32,
+                        key.k as i32,
+                        kda,
+                        choice.block_rows as i32,
+                        key.v as i32,
+                    )
+                } <= ffi::RSSM_VERIFY_STAGED_MAX_SMEM as i64
+        }
+        (Kernel::F | Kernel::P, Impl::Prefetch) => {
+            choice.block_rows == 0 && key.window <= crate::limits::MAX_VERIFY_WINDOW
+        }
+        _ => false,
+    }
+}
+
+/// The choice for one call: a forced one, else the table's if it fits, else the default.
+pub fn choose(key: &Key) -> Choice {
+    if let Some(c) = forced(key.kernel) {
+        return c;
+    }
+    active_table()
+        .and_then(|t| t.lookup(key))
+        .filter(|&c| fits(key, c))
+        .unwrap_or(Choice::DEFAULT)
+}
+
+/// Sets the implementation fields of a kernel's params from [`choose`] (the Rust wrappers and the
+/// C ABI both call these, right before the params checks).
+pub(crate) fn apply_verify(p: &mut ffi::rssm_verify_params) {
+    let key = Key {
+        kernel: Kernel::V,
+        kda: p.variant == ffi::rssm_variant_RSSM_VARIANT_KDA as i32,
+        k: p.K.max(0) as usize,
+        v: p.V.max(0) as usize,
+        hv: p.HV.max(0) as usize,
+        window: p.max_seqlen.max(0) as usize,
+        batch: p.batch.max(0) as usize,
+    };
+    (p.impl_, p.block_rows) = ffi_choice(&key);
+}
+
+pub(crate) fn apply_fold(p: &mut ffi::rssm_fold_params) {
+    (p.impl_, p.block_rows) = ffi_choice(&spec_key(Kernel::F, p.variant, p.K, p.V, p.HV, p.window, p.batch));
+}
+
+pub(crate) fn apply_replay(p: &mut ffi::rssm_replay_params) {
+    (p.impl_, p.block_rows) = ffi_choice(&spec_key(Kernel::P, p.variant, p.K, p.V, p.HV, p.window, p.batch));
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spec_key(kernel: Kernel, variant: i32, k: i32, v: i32, hv: i32, window: i32, batch: i32) -> Key {
+    Key {
+        kernel,
+        kda: variant == ffi::rssm_variant_RSSM_VARIANT_KDA as i32,
+        k: k.max(0) as usize,
+        v: v.max(0) as usize,
+        hv: hv.max(0) as usize,
+        window: window.max(0) as usize,
+        batch: batch.max(0) as usize,
+    }
+}
+
+fn ffi_choice(key: &Key) -> (i32, i32) {
+    let c = choose(key);
+    (c.imp.to_ffi(), c.block_rows as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> Key {
+        Key {
+            kernel: Kernel::V,
+            kda: false,
+            k: 128,
+            v: 128,
+            hv: 32,
+            window: 3,
+            batch: 100,
+        }
+    }
+
+    #[test]
+    fn the_shipped_table_parses() {
+        let t = Table::parse(SHIPPED_TABLE, "shipped").unwrap();
+        assert_eq!(t.format, TABLE_FORMAT);
+    }
+
+    #[test]
+    fn lookup_uses_buckets_and_falls_back() {
+        let mut t = Table::parse(SHIPPED_TABLE, "shipped").unwrap();
+        let staged = Choice {
+            imp: Impl::Staged,
+            block_rows: 32,
+        };
+        t.insert(&key(), staged, Some(1.0), Some(2.0));
+        assert_eq!(t.entries[t.entries.len() - 1].t, 4);
+        assert_eq!(t.entries[t.entries.len() - 1].b, 128);
+        assert_eq!(t.lookup(&key()), Some(staged));
+        assert_eq!(t.lookup(&Key { batch: 129, ..key() }), None);
+        assert_eq!(t.lookup(&Key { kda: true, ..key() }), None);
+        let back = Table::parse(&serde_json::to_string(&t).unwrap(), "round trip").unwrap();
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn corrupt_tables_are_refused_with_their_reason() {
+        let e = Table::parse("{", "x.json").unwrap_err().to_string();
+        assert!(e.contains("x.json") && e.contains("not valid JSON"), "{e}");
+        let e = Table::parse(&SHIPPED_TABLE.replace(TABLE_FORMAT, "other/9"), "y")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("other/9"), "{e}");
+        let bad = r#"{"format":"replayssm-tune/1","device":null,"source":"t","command":null,"date":null,
+            "entries":[{"kernel":"F","variant":"gdn","K":128,"HV":32,"T":4,"B":64,"impl":"staged"}]}"#;
+        let e = Table::parse(bad, "z").unwrap_err().to_string();
+        assert!(e.contains("entry 0") && e.contains("no implementation"), "{e}");
+        let bad = bad
+            .replace(r#""impl":"staged""#, r#""impl":"prefetch""#)
+            .replace(r#""T":4"#, r#""T":5"#);
+        let e = Table::parse(&bad, "z").unwrap_err().to_string();
+        assert!(e.contains("T = 5"), "{e}");
+    }
+
+    #[test]
+    fn a_choice_that_does_not_fit_is_not_taken() {
+        let staged_all = Choice {
+            imp: Impl::Staged,
+            block_rows: 0,
+        };
+        assert!(fits(&key(), staged_all));
+        // 16 positions over a whole head of 4096 rows: 512 KB of tiles.
+        assert!(!fits(
+            &Key {
+                window: 16,
+                v: 4096,
+                ..key()
+            },
+            staged_all
+        ));
+        let prefetch = Choice {
+            imp: Impl::Prefetch,
+            block_rows: 0,
+        };
+        assert!(fits(
+            &Key {
+                kernel: Kernel::F,
+                window: 16,
+                ..key()
+            },
+            prefetch
+        ));
+        assert!(!fits(
+            &Key {
+                kernel: Kernel::F,
+                window: 17,
+                ..key()
+            },
+            prefetch
+        ));
+        assert!(!fits(&key(), prefetch));
+    }
+
+    #[test]
+    fn force_pins_a_choice_on_this_thread_only() {
+        let staged = Choice {
+            imp: Impl::Staged,
+            block_rows: 16,
+        };
+        assert_eq!(choose(&key()), Choice::DEFAULT);
+        {
+            let _g = force(Kernel::V, staged);
+            assert_eq!(choose(&key()), staged);
+            assert_eq!(
+                choose(&Key {
+                    kernel: Kernel::F,
+                    ..key()
+                }),
+                Choice::DEFAULT
+            );
+            std::thread::spawn(|| assert_eq!(choose(&key()), Choice::DEFAULT))
+                .join()
+                .unwrap();
+        }
+        assert_eq!(choose(&key()), Choice::DEFAULT);
+    }
+}
