@@ -32,6 +32,8 @@ pub enum Kernel {
     V,
     F,
     P,
+    /// Buffered decode (materialise has one implementation).
+    D,
 }
 
 impl fmt::Display for Kernel {
@@ -89,7 +91,7 @@ impl Choice {
                 c(Impl::Staged, 32),
                 c(Impl::Staged, 64),
             ],
-            Kernel::F | Kernel::P => vec![Choice::DEFAULT, c(Impl::Prefetch, 0)],
+            Kernel::F | Kernel::P | Kernel::D => vec![Choice::DEFAULT, c(Impl::Prefetch, 0)],
         }
     }
 }
@@ -329,6 +331,7 @@ pub fn fits(key: &Key, choice: Choice) -> bool {
         (Kernel::F | Kernel::P, Impl::Prefetch) => {
             choice.block_rows == 0 && key.window <= crate::limits::MAX_VERIFY_WINDOW
         }
+        (Kernel::D, Impl::Prefetch) => choice.block_rows == 0,
         _ => false,
     }
 }
@@ -365,6 +368,11 @@ pub(crate) fn apply_fold(p: &mut ffi::rssm_fold_params) {
 
 pub(crate) fn apply_replay(p: &mut ffi::rssm_replay_params) {
     (p.impl_, p.block_rows) = ffi_choice(&spec_key(Kernel::P, p.variant, p.K, p.V, p.HV, p.window, p.batch));
+}
+
+/// Kernel D (its window is the cache length L).
+pub(crate) fn apply_decode(p: &mut ffi::rssm_decode_params) {
+    (p.impl_, p.block_rows) = ffi_choice(&spec_key(Kernel::D, p.variant, p.K, p.V, p.HV, p.cache_len, p.batch));
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -46,6 +46,20 @@ fn snapshot(snaps: &[f32], r: usize, t: usize, max_t: usize, per_slot: usize) ->
 /// after that token and one that did not still holds its last flushed checkpoint; the final
 /// materialised pool bit-identical to R's.
 fn check_against_recurrent(backend: Backend, data: &RecurrentData, l: usize, interval: Option<u64>) -> SequenceRun {
+    // Every implementation of D (common::spec_chain::each_impl pins them in turn).
+    let mut last = None;
+    common::spec_chain::each_impl(backend, || {
+        last = Some(check_against_recurrent_once(backend, data, l, interval))
+    });
+    last.expect("each_impl ran at least once")
+}
+
+fn check_against_recurrent_once(
+    backend: Backend,
+    data: &RecurrentData,
+    l: usize,
+    interval: Option<u64>,
+) -> SequenceRun {
     let what = format!("{backend} {} {} L={l} interval={interval:?}", data.variant, data.dtype);
     let r = run(backend, data, true).unwrap();
     let d = data.dims;
@@ -597,7 +611,8 @@ fn garbage_device_slots_and_cursors_are_skipped_and_stay_inside_the_buffers() {
         ([0, 1], [1, 99], ffi::RSSM_DEVERR_BAD_LENGTH),
         ([0, 1], [1, -1], ffi::RSSM_DEVERR_BAD_LENGTH),
     ] {
-        for materialize_entry in [false, true] {
+        // Materialise, and D in each implementation (DEFAULT, PREFETCH).
+        for (materialize_entry, imp) in [(false, 0), (false, 2), (true, 0)] {
             let mut state = guarded(n_state, 0.25);
             let (mut rd, mut rk, mut rg) = (guarded(n_d, 0.01), guarded(n_k, 0.1), guarded(n_g, -0.1));
             let mut o = vec![f32::NAN; 2 * d.hv * d.v];
@@ -640,6 +655,7 @@ fn garbage_device_slots_and_cursors_are_skipped_and_stay_inside_the_buffers() {
                 dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
                 variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
                 qk_l2norm: 1,
+                impl_: imp,
                 ..Default::default()
             };
             // SAFETY: host buffers sized for these params; only the device-side indices are garbage.

@@ -130,6 +130,7 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
         "fold_kernel",
         "replay_kernel",
         "decode_kernel",
+        "decode_prefetch_kernel",
         "decode_materialize_kernel",
     ];
     // (family, EPL) -> [LDG.128, STG.128, LDG.64, STG.64, LDG.U16]

@@ -19,7 +19,8 @@ struct LaunchDecode {
       const dim3 grid(unsigned(rows) * unsigned(p.num_layers), p.HV, p.batch);
       return RSSM_LAUNCH(kernel, grid, dim3(RowTiling::kThreads), 0, stream, p);
     }
-    const auto kernel = &rssm::decode_kernel<EPL, Act, KDA>;
+    const auto kernel = p.impl == RSSM_IMPL_PREFETCH ? &rssm::decode_prefetch_kernel<EPL, Act, KDA>
+                                                     : &rssm::decode_kernel<EPL, Act, KDA>;
     return RSSM_LAUNCH(kernel, dim3(rows, p.HV, p.batch), dim3(RowTiling::kThreads), 0, stream, p);
   }
 };

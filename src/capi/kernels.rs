@@ -203,8 +203,10 @@ pub unsafe extern "C" fn replayssm_decode(
         let p = read_params(params, "replayssm_decode_params")?;
         let backend = backend_of(backend)?;
         header(p.flags, p.reserved)?;
-        crate::checks::params::decode(&p.kernel(), backend)?;
-        launch!("decode", backend, rssm_decode, rssm_emu_decode, p.kernel(), stream)
+        let mut kp = p.kernel();
+        crate::tuning::apply_decode(&mut kp);
+        crate::checks::params::decode(&kp, backend)?;
+        launch!("decode", backend, rssm_decode, rssm_emu_decode, kp, stream)
     })
 }
 

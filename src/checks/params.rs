@@ -257,6 +257,9 @@ fn implementation(kernel: crate::tuning::Kernel, imp: i32, block_rows: i32, key:
                 key.v,
                 ffi::RSSM_VERIFY_STAGED_MAX_SMEM
             ),
+            (crate::tuning::Kernel::D, Impl::Prefetch) => {
+                format!("impl = PREFETCH with block_rows = {block_rows}: it takes block_rows 0")
+            }
             (crate::tuning::Kernel::F | crate::tuning::Kernel::P, Impl::Prefetch) => format!(
                 "impl = PREFETCH with block_rows = {block_rows}, window = {}: it takes block_rows 0 and windows up to {}",
                 key.window,
@@ -308,12 +311,7 @@ macro_rules! check_spec_ring {
 
 fn decode_ring(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
     problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
-    if p.impl_ != 0 || p.block_rows != 0 {
-        return Err(bad(format!(
-            "impl = {}, block_rows = {}: kernel D and materialise have one implementation (0, 0)",
-            p.impl_, p.block_rows
-        )));
-    }
+
     pool(p.batch, p.num_slots, p.num_layers)?;
     in_range(p.cache_len, 1, MAX_CACHE_LEN as i32, "cache_len")?;
     let gw = if p.variant == 1 { p.K } else { 1 };
@@ -510,6 +508,13 @@ pub(crate) fn replay(p: &ffi::rssm_replay_params, backend: Backend) -> Check {
 /// The checks of `rssm_decode`'s params (the C ABI's `replayssm_decode`, the Rust wrapper's launch).
 pub(crate) fn decode(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
     decode_ring(p, backend)?;
+    use crate::tuning::Kernel;
+    implementation(
+        Kernel::D,
+        p.impl_,
+        p.block_rows,
+        spec_key(Kernel::D, p.variant, p.K, p.V, p.HV, p.cache_len, p.batch),
+    )?;
     in_range(p.layer, 0, p.num_layers - 1, "layer")?;
     check_tokens!(p, p.batch);
     Ok(())
@@ -518,6 +523,12 @@ pub(crate) fn decode(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
 /// The checks of `rssm_materialize`'s params (the C ABI's `replayssm_decode_materialize`, the Rust wrapper's launch).
 pub(crate) fn materialize(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
     decode_ring(p, backend)?;
+    if p.impl_ != 0 || p.block_rows != 0 {
+        return Err(bad(format!(
+            "impl = {}, block_rows = {}: materialise has one implementation (0, 0)",
+            p.impl_, p.block_rows
+        )));
+    }
     layer_grid(p.V, p.num_layers)?;
     Ok(())
 }

@@ -204,7 +204,7 @@ fn decode_kernel<M: Memory>(
     let d = s.dims;
     let t = token_ptrs(exec, inp)?;
     let (o_ptr, o_stride) = output_ptr(exec, o)?;
-    let params = ffi::rssm_decode_params {
+    let mut params = ffi::rssm_decode_params {
         q: t.q.cast(),
         k: t.k.cast(),
         v: t.v.cast(),
@@ -248,6 +248,7 @@ fn decode_kernel<M: Memory>(
         ..Default::default()
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
+    crate::tuning::apply_decode(&mut params);
     crate::checks::params::decode(&params, exec.backend)?;
     let st = launch!(exec, rssm_decode, rssm_emu_decode, &params);
     check_status("decode", exec.backend, st)

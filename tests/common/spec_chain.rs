@@ -80,7 +80,7 @@ pub fn run_verify_tree(
     })
 }
 
-/// Runs `f` once per implementation of F and P (`replayssm::tuning`, pinned on this thread), with
+/// Runs `f` once per implementation of F, P and D (`replayssm::tuning`, pinned on this thread), with
 /// V pinned to a different implementation in each round, so every variant runs in the chained
 /// commit checks. The Reference backend has no implementations: one round.
 pub fn each_impl(backend: Backend, mut f: impl FnMut()) {
@@ -91,10 +91,11 @@ pub fn each_impl(backend: Backend, mut f: impl FnMut()) {
     let verify = Choice::all(Kernel::V);
     for (round, choice) in Choice::all(Kernel::F).into_iter().enumerate() {
         let v = verify[(round * 3) % verify.len()];
-        println!("implementations: F and P {choice}, V {v}");
+        println!("implementations: F, P and D {choice}, V {v}");
         let _f = tuning::force(Kernel::F, choice);
         let _p = tuning::force(Kernel::P, choice);
         let _v = tuning::force(Kernel::V, v);
+        let _d = tuning::force(Kernel::D, Choice::all(Kernel::D)[round]);
         f();
     }
 }

@@ -109,6 +109,15 @@ pub fn launch_of(kernel: &str) -> Option<KernelLaunch> {
             let bytes = unsafe { replayssm::ffi::rssm_verify_smem_bytes(t, 32 * first as i32, kda as i32) };
             (ROW_TILING_THREADS, u32::try_from(bytes).ok()?)
         }
+        "verify_staged_kernel" => {
+            // At the same 16-token window, one block over a whole head of V = K rows (the model
+            // shapes' square heads, block_rows 0).
+            let kda = args.get(2).map(String::as_str) == Some("true");
+            let (t, k) = (replayssm::spec::MAX_VERIFY_WINDOW as i32, 32 * first as i32);
+            // SAFETY: pure arithmetic in the launch layer (the formula verify.cu launches with).
+            let bytes = unsafe { replayssm::ffi::rssm_verify_staged_smem_bytes(t, k, kda as i32, 0, k) };
+            (ROW_TILING_THREADS, u32::try_from(bytes).ok()?)
+        }
         _ => (ROW_TILING_THREADS, 0),
     };
     Some(KernelLaunch {

@@ -394,8 +394,9 @@ fn bench_tune_on_the_emulator_runs_every_variant_and_writes_a_table_dispatch_rea
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let table = Table::parse(&std::fs::read_to_string(&path).unwrap(), "tune output").unwrap();
-    // Every implementation of V, F and P at 2 shapes x 2 batches x 2 windows ran and was checked.
-    let variants: usize = [Kernel::V, Kernel::F, Kernel::P]
+    // Every implementation of V, F, P and D (its non-flush and flush cases) at 2 shapes x 2
+    // batches x 2 windows ran and was checked.
+    let variants: usize = [Kernel::V, Kernel::F, Kernel::P, Kernel::D, Kernel::D]
         .iter()
         .map(|&k| Choice::all(k).len())
         .sum();

@@ -72,7 +72,8 @@ inline rssm_status spec_common_can_implement(int32_t batch, int32_t num_slots, i
 
 // The implementation fields. V: DEFAULT (block_rows 0) or STAGED (block_rows 0 = the whole head, or
 // a multiple of 16 up to RSSM_MAX_V). F and P: DEFAULT or PREFETCH (records staged in shared
-// memory: windows up to RSSM_MAX_VERIFY_WINDOW), block_rows 0. D and materialise: DEFAULT only.
+// memory: windows up to RSSM_MAX_VERIFY_WINDOW), block_rows 0. D: DEFAULT or PREFETCH;
+// materialise: DEFAULT.
 // STAGED's shared memory (its window, v and output tiles) must fit in RSSM_VERIFY_STAGED_MAX_SMEM.
 inline bool verify_impl_ok(int32_t impl, int32_t block_rows, int32_t max_seqlen, int32_t K, int32_t V, bool kda) {
   if (impl == RSSM_IMPL_DEFAULT) return block_rows == 0;
@@ -153,7 +154,9 @@ inline rssm_status decode_can_implement(const rssm_decode_params *p, bool vector
   if (!p->state || !p->ring_d || !p->ring_k || !p->ring_g || !p->slots || !p->positions)
     return RSSM_ERR_INVALID_ARGUMENT;
   if (!tokens && !layer_grid_ok(p->V, p->num_layers)) return RSSM_ERR_INVALID_ARGUMENT;
-  if (p->impl != RSSM_IMPL_DEFAULT || p->block_rows != 0) return RSSM_ERR_INVALID_ARGUMENT;
+  // D: DEFAULT or PREFETCH (token inputs before the record loop); materialise: DEFAULT.
+  if (p->block_rows != 0 || (p->impl != RSSM_IMPL_DEFAULT && !(tokens && p->impl == RSSM_IMPL_PREFETCH)))
+    return RSSM_ERR_INVALID_ARGUMENT;
   if (tokens) {
     const rssm_status t = token_fields_can_implement(p);
     if (t != RSSM_OK) return t;

@@ -45,14 +45,16 @@ typedef enum rssm_variant {
  * picks per call from a tuning table (src/tuning.rs, bench/autotune/), DEFAULT without one. */
 typedef enum rssm_impl {
   RSSM_IMPL_DEFAULT = 0,  /* V: one block per 16 state rows, window built per block.
-                           * F, P: ring records read inside the step loop. D: the only one. */
+                           * F, P: ring records read inside the step loop. D: token inputs
+                           * loaded after the pending records; the only one of materialise. */
   RSSM_IMPL_STAGED = 1,   /* V only: the window is built once per block and staged in shared
                            * memory, the checkpoint load issued first, `block_rows` rows streamed
                            * per block in passes of 16 with the next pass prefetched, 8 lanes per
                            * row (3-level reductions), outputs staged and stored as vectors. */
-  RSSM_IMPL_PREFETCH = 2  /* F, P only: the state load issued at entry, the request's ring records
+  RSSM_IMPL_PREFETCH = 2  /* F, P: the state load issued at entry, the request's ring records
                            * (keys normalised once per record) copied to shared memory up front;
-                           * windows up to RSSM_MAX_VERIFY_WINDOW. */
+                           * windows up to RSSM_MAX_VERIFY_WINDOW. D: the token's inputs loaded
+                           * before the pending-record loop. */
 } rssm_impl;
 
 /* Most dynamic shared memory one STAGED verify block may use (its window arrays plus the v and
@@ -239,7 +241,7 @@ typedef struct rssm_decode_params {
   int32_t H, HV, K, V;
   float scale;
   int32_t dtype, variant, qk_l2norm;
-  int32_t impl;       /* rssm_impl: DEFAULT (the only implementation of D and materialise) */
+  int32_t impl;       /* rssm_impl: D DEFAULT or PREFETCH; materialise DEFAULT */
   int32_t block_rows; /* 0 */
   int32_t reserved;
 } rssm_decode_params;

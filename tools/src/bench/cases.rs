@@ -386,10 +386,12 @@ fn decode(p: &mut Plan, c: &Case, backend: Backend, ew: Buf, flush: bool) -> Lau
         recs * d.hv * d.gate_width(c.shape.variant),
         Fill::Uniform(-0.1, 0.0),
     );
-    // Flush: every row at m = L-1. Non-flush: cursors spread over 0..L-2, so the rows read
-    // (L-2)/2 pending records on average, as the floor model assumes.
+    // Flush: every row at m = L-1. Non-flush: the cursors of a serving batch, whose requests sit
+    // at independent phases of their cache cycle: row r at the middle of stratum r of 0..L-2, so
+    // any batch (B = 1 included: the middle cursor) reads (L-2)/2 pending records on average, as
+    // the floor model assumes. (Before, r % (L-1) put a single row at cursor 0: no records.)
     let positions: Vec<i32> = (0..b)
-        .map(|r| if flush { l - 1 } else { r % (l - 1).max(1) } as i32)
+        .map(|r| if flush { l - 1 } else { spread_cursor(r, b, l) } as i32)
         .collect();
     let pos = p.ints("positions", positions);
     let slots = p.ints("slots", seq(b));
@@ -482,4 +484,28 @@ fn copy(p: &mut Plan, c: &Case, backend: Backend) -> LaunchBuilder {
         }
         Ok(())
     })
+}
+
+/// The non-flush cursor of row `r` of `b`: the middle of the r-th of b equal strata of 0..=L-2.
+pub fn spread_cursor(r: usize, b: usize, l: usize) -> usize {
+    if l < 2 {
+        return 0;
+    }
+    (2 * r + 1) * (l - 1) / (2 * b)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_serving_batch_spreads_its_cursors_over_the_cycle() {
+        // B = 1 sits at the middle of 0..=L-2, not at 0 (where it reads no record).
+        assert_eq!(super::spread_cursor(0, 1, 4), 1);
+        assert_eq!(super::spread_cursor(0, 1, 8), 3);
+        for (b, l) in [(64, 4), (128, 8), (7, 6), (3, 2)] {
+            let c: Vec<usize> = (0..b).map(|r| super::spread_cursor(r, b, l)).collect();
+            assert!(c.iter().all(|&m| m <= l - 2), "{b} {l}: {c:?}");
+            let mean = c.iter().sum::<usize>() as f64 / b as f64;
+            assert!((mean - (l - 2) as f64 / 2.0).abs() <= 0.5, "{b} {l}: mean {mean}");
+        }
+    }
 }

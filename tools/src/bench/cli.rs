@@ -57,7 +57,7 @@ pub struct BenchArgs {
     pub plot_window: Option<usize>,
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
-    /// Run every implementation of V, F and P (the other kernels are left out) and write the
+    /// Run every implementation of V, F, P and D (the other kernels are left out) and write the
     /// tuning table (`replayssm::tuning`'s format) to --tune-out: per case the fastest on a GPU;
     /// on the emulator every variant runs once, checked, and the table gets no entries.
     #[arg(long)]

@@ -1,4 +1,4 @@
-//! `replayssm bench --tune`: every implementation of every tunable case (V, F, P), each launched
+//! `replayssm bench --tune`: every implementation of every tunable case (V, F, P, D), each launched
 //! through the same C ABI entries with its choice pinned (`replayssm::tuning::force`), checked,
 //! and on a GPU timed; the fastest per case becomes the tuning table's entry for that case's
 //! bucket (the format `replayssm::tuning` reads, `bench/autotune/h200.json`).
@@ -19,11 +19,12 @@ pub fn tunable(k: Kernel) -> Option<tuning::Kernel> {
         Kernel::V => Some(tuning::Kernel::V),
         Kernel::F => Some(tuning::Kernel::F),
         Kernel::P => Some(tuning::Kernel::P),
+        Kernel::DNonflush | Kernel::DFlush => Some(tuning::Kernel::D),
         _ => None,
     }
 }
 
-/// The table key of a bench case (F and P replay a ring of W = T records).
+/// The table key of a bench case (F and P replay a ring of W = T records; D's window is L = T).
 pub fn key(case: &Case, kernel: tuning::Kernel) -> Key {
     let d = case.shape.dims;
     Key {

@@ -56,8 +56,10 @@ __device__ __forceinline__ void replay_pending(const DecodeGeometry &geo, int la
   }
 }
 
-template <int EPL, class Act, bool KDA>
-__global__ void __launch_bounds__(RowTiling::kThreads) decode_kernel(const rssm_decode_params p) {
+// The body of kernel D. PREFETCH (RSSM_IMPL_PREFETCH) loads the token's inputs before the record
+// loop instead of after it.
+template <int EPL, class Act, bool KDA, bool PREFETCH>
+__device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   constexpr int K = kWarpSize * EPL;
   constexpr int ROWS = RowTiling::kRows;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
@@ -103,22 +105,27 @@ __global__ void __launch_bounds__(RowTiling::kThreads) decode_kernel(const rssm_
   float *state = geo.state_rows(p.layer, slot, hv, row0) + kc;
   float s[ROWS][EPL];
   load_rows(state, K, row_ok, s);
-  replay_pending<EPL, ROWS, KDA>(geo, p.layer, slot, hv, row0, row_ok, m, s);
 
+  // The token's inputs, and its key normalised. PREFETCH issues them before the record loop, so
+  // their DRAM round trip overlaps the state load instead of following the last record; where
+  // they are loaded changes no float operation, so both orders give the same bits.
   const int64_t tok = b;
-  float kh[EPL], qh[EPL];
-  load_key(static_cast<const Act *>(p.k) + tok * p.k_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, kh);
-  load_key(static_cast<const Act *>(p.q) + tok * p.q_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, qh);
-  RSSM_UNROLL
-  for (int j = 0; j < EPL; ++j) qh[j] = qh[j] * p.scale;
-  const GateSource gate{p.a, p.b, p.A_log, p.dt_bias, p.g, p.beta, p.a_stride, p.b_stride, p.HV};
-  float g[KDA ? EPL : 1], beta;
-  token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, beta);
+  float kh[EPL], qh[EPL], g[KDA ? EPL : 1], beta, vr[ROWS];
+  const auto load_token = [&]() {
+    load_key(static_cast<const Act *>(p.k) + tok * p.k_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, kh);
+    load_key(static_cast<const Act *>(p.q) + tok * p.q_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, qh);
+    RSSM_UNROLL
+    for (int j = 0; j < EPL; ++j) qh[j] = qh[j] * p.scale;
+    const GateSource gate{p.a, p.b, p.A_log, p.dt_bias, p.g, p.beta, p.a_stride, p.b_stride, p.HV};
+    token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, beta);
+    const Act *v = static_cast<const Act *>(p.v) + tok * p.v_stride + int64_t(hv) * p.V + row0;
+    RSSM_UNROLL
+    for (int r = 0; r < ROWS; ++r) vr[r] = row_ok[r] ? to_float(v[r]) : 0.0f;
+  };
+  if constexpr (PREFETCH) load_token();
+  replay_pending<EPL, ROWS, KDA>(geo, p.layer, slot, hv, row0, row_ok, m, s);
+  if constexpr (!PREFETCH) load_token();
   const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
-  const Act *v = static_cast<const Act *>(p.v) + tok * p.v_stride + int64_t(hv) * p.V + row0;
-  float vr[ROWS];
-  RSSM_UNROLL
-  for (int r = 0; r < ROWS; ++r) vr[r] = row_ok[r] ? to_float(v[r]) : 0.0f;
 
   float u[ROWS];
   delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, beta, vr, u);
@@ -148,6 +155,18 @@ __global__ void __launch_bounds__(RowTiling::kThreads) decode_kernel(const rssm_
       if (lane == 0) gp[0] = g[0];
     }
   }
+}
+
+template <int EPL, class Act, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads) decode_kernel(const rssm_decode_params p) {
+  decode_rows<EPL, Act, KDA, false>(p);
+}
+
+// (The min-blocks hint of 1 keeps ptxas from a heuristic register cap that spilled at K = 128,
+// KDA; tests/resources.rs guards it.)
+template <int EPL, class Act, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_prefetch_kernel(const rssm_decode_params p) {
+  decode_rows<EPL, Act, KDA, true>(p);
 }
 
 // Materialise: replays positions[b] pending records of every layer into the checkpoint. (No act

@@ -30,10 +30,11 @@ __device__ __forceinline__ void load_staged_row(const float *row, bool ok, int l
   }
 }
 
-// (The min-blocks hint of 1 keeps ptxas from the heuristic register cap that spilled 8 bytes at
-// K = 64, KDA; tests/resources.rs guards it.)
+// (Min-blocks hint: 5 blocks per SM up to K = 128, i.e. at most 102 registers, which is what
+// ptxas picks unhinted at K = 128 (88-90) and lifts the heuristic cap that spilled 8 bytes at
+// K = 64, KDA; 1 at K = 256, whose two state buffers need ~128. tests/resources.rs guards it.)
 template <int EPL, class Act, bool KDA>
-__global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_staged_kernel(const rssm_verify_params p) {
+__global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : 5) verify_staged_kernel(const rssm_verify_params p) {
   constexpr int K = kWarpSize * EPL;
   constexpr int LPR = 8;                           // lanes per state row
   constexpr int RPW = kWarpSize / LPR;             // rows per warp and pass
