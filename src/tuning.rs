@@ -121,6 +121,18 @@ pub struct Key {
 
 /// Upper ends of the window buckets.
 pub const T_BUCKETS: [usize; 4] = [2, 4, 8, 16];
+/// Upper ends of kernel D's cache-length buckets (its `T` is the cache length L, up to 65536).
+pub const L_BUCKETS: [usize; 16] = [
+    2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+];
+
+/// The window buckets of `kernel`: T for V, F and P, the cache length L for D.
+pub fn window_buckets(kernel: Kernel) -> &'static [usize] {
+    match kernel {
+        Kernel::D => &L_BUCKETS,
+        _ => &T_BUCKETS,
+    }
+}
 /// Upper ends of the batch buckets.
 pub const B_BUCKETS: [usize; 10] = [1, 8, 32, 64, 128, 256, 512, 1024, 4096, 65535];
 
@@ -138,7 +150,7 @@ pub struct Entry {
     pub k: usize,
     #[serde(rename = "HV")]
     pub hv: usize,
-    /// The window bucket's upper end (2, 4, 8, 16).
+    /// The window bucket's upper end: T in 2, 4, 8, 16 (V, F, P), or D's cache length L ([`L_BUCKETS`]).
     #[serde(rename = "T")]
     pub t: usize,
     /// The batch bucket's upper end.
@@ -207,8 +219,12 @@ impl Table {
             if !(Choice::all(e.kernel).contains(&e.choice) || staged_rows) {
                 return Err(bad(format!("kernel {} has no implementation {}", e.kernel, e.choice)));
             }
-            if !T_BUCKETS.contains(&e.t) {
-                return Err(bad(format!("T = {} is not a window bucket {T_BUCKETS:?}", e.t)));
+            let windows = window_buckets(e.kernel);
+            if !windows.contains(&e.t) {
+                return Err(bad(format!(
+                    "T = {} is not a window bucket of {} {windows:?}",
+                    e.t, e.kernel
+                )));
             }
             if !B_BUCKETS.contains(&e.b) {
                 return Err(bad(format!("B = {} is not a batch bucket {B_BUCKETS:?}", e.b)));
@@ -220,7 +236,10 @@ impl Table {
     /// The entry covering `key`, if any.
     pub fn lookup(&self, key: &Key) -> Option<Choice> {
         let variant = if key.kda { "kda" } else { "gdn" };
-        let (t, b) = (bucket(key.window, &T_BUCKETS), bucket(key.batch, &B_BUCKETS));
+        let (t, b) = (
+            bucket(key.window, window_buckets(key.kernel)),
+            bucket(key.batch, &B_BUCKETS),
+        );
         self.entries
             .iter()
             .find(|e| {
@@ -236,7 +255,7 @@ impl Table {
             variant: if key.kda { "kda" } else { "gdn" }.to_string(),
             k: key.k,
             hv: key.hv,
-            t: bucket(key.window, &T_BUCKETS),
+            t: bucket(key.window, window_buckets(key.kernel)),
             b: bucket(key.batch, &B_BUCKETS),
             choice,
             median_us,
@@ -315,7 +334,12 @@ pub fn fits(key: &Key, choice: Choice) -> bool {
     match (key.kernel, choice.imp) {
         (_, Impl::Default) => choice.block_rows == 0,
         (Kernel::V, Impl::Staged) => {
-            choice.block_rows % 16 == 0
+            // (The size query takes only launchable shapes: a garbage V or window is the params
+            // checks' to refuse, never arithmetic here.)
+            key.v <= crate::limits::MAX_V
+                && key.k <= 256
+                && key.window <= crate::limits::MAX_VERIFY_WINDOW
+                && choice.block_rows % 16 == 0
                 && choice.block_rows as usize <= crate::limits::MAX_V
                 // SAFETY: a pure size computation.
                 && unsafe {
@@ -449,6 +473,48 @@ mod tests {
             .replace(r#""T":4"#, r#""T":5"#);
         let e = Table::parse(&bad, "z").unwrap_err().to_string();
         assert!(e.contains("T = 5"), "{e}");
+    }
+
+    #[test]
+    fn decode_is_bucketed_by_its_cache_length() {
+        let mut t = Table::parse(SHIPPED_TABLE, "shipped").unwrap();
+        let d = Key {
+            kernel: Kernel::D,
+            window: 100,
+            ..key()
+        };
+        let prefetch = Choice {
+            imp: Impl::Prefetch,
+            block_rows: 0,
+        };
+        t.insert(&d, prefetch, None, None);
+        assert_eq!(t.entries[0].t, 128);
+        assert_eq!(t.lookup(&Key { window: 128, ..d }), Some(prefetch));
+        assert_eq!(t.lookup(&Key { window: 129, ..d }), None);
+        let back = Table::parse(&serde_json::to_string(&t).unwrap(), "round trip").unwrap();
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn garbage_shapes_never_reach_the_size_query() {
+        let staged = Choice {
+            imp: Impl::Staged,
+            block_rows: 0,
+        };
+        assert!(!fits(
+            &Key {
+                v: i32::MAX as usize,
+                ..key()
+            },
+            staged
+        ));
+        assert!(!fits(
+            &Key {
+                window: 1 << 20,
+                ..key()
+            },
+            staged
+        ));
     }
 
     #[test]

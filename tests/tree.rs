@@ -496,11 +496,16 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
     };
     let n = data.num_tokens();
     let row = dims.hv * dims.v;
-    for parent in [
+    // Every implementation of VT: (impl, block_rows).
+    let parents = [
         [-1, 0, 1, 1, -1, 0, 3],
         [-1, 0, 1, 1, -1, 7, 0],
         [-1, 0, 1, 1, -9, 0, 0],
-    ] {
+    ];
+    for (parent, (imp, block_rows)) in parents
+        .into_iter()
+        .flat_map(|p| [(0, 0), (1, 0), (1, 16)].map(|c| (p, c)))
+    {
         let mut o = vec![f32::NAN; n * row];
         let mut word = 0u32;
         let p = ffi::rssm_verify_params {
@@ -538,6 +543,8 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
             dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
             variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
             qk_l2norm: 1,
+            impl_: imp,
+            block_rows,
             ..Default::default()
         };
         // SAFETY: host buffers sized for these params; only request 1's parents are garbage.
@@ -595,10 +602,14 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
         path_width: 3,
         ..Default::default()
     };
-    for paths in [[0, 1, 3, 0, 40, -1], [0, 1, 3, 0, 0, -1], [0, 1, 3, -7, 0, 1]] {
+    // Every implementation of FT (PREFETCH indexes shared memory through the path).
+    let all_paths = [[0, 1, 3, 0, 40, -1], [0, 1, 3, 0, 0, -1], [0, 1, 3, -7, 0, 1]];
+    let impls = [ffi::rssm_impl_RSSM_IMPL_DEFAULT, ffi::rssm_impl_RSSM_IMPL_PREFETCH];
+    for (paths, imp) in all_paths.into_iter().flat_map(|p| impls.map(|i| (p, i))) {
         let mut b = buf.clone();
         let mut word = 0u32;
-        let p = params(b[guard..].as_mut_ptr(), &paths, &mut word);
+        let mut p = params(b[guard..].as_mut_ptr(), &paths, &mut word);
+        p.impl_ = imp as i32;
         // SAFETY: host buffers sized for these params; only request 1's path is garbage.
         let st = unsafe { ffi::rssm_emu_fold(&p, std::ptr::null_mut()) };
         assert_eq!(st, ffi::rssm_status_RSSM_OK);
