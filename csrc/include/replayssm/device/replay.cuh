@@ -22,53 +22,82 @@ struct RingGeometry {
   bool l2norm;
 };
 
-// Replays n records of `slot` (layer `layer`) into this warp's rows of the checkpoint: records
-// 0..n-1, or path[0..n-1] when `path` is set (checked by the caller); when `track_slot >= 0`,
-// also stores the state after step `track_step` into that slot.
-// `tile` is the block's row tile (16 rows) of value head blockIdx.y.
-template <int EPL, class Act, bool KDA>
-__device__ __forceinline__ void replay_slot(const RingGeometry &geo, int tile, int layer, int slot, int n,
-                                            int track_slot, int track_step, const int32_t *path = nullptr) {
-  constexpr int K = kWarpSize * EPL;
-  constexpr int ROWS = RowTiling::kRows;
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int hv = blockIdx.y;
-  const int row0 = (tile * RowTiling::kWarps + warp) * ROWS;
-  const int h = hv / (geo.HV / geo.H);
-  const int kc = lane * EPL;
+// One warp's view of a replay: its rows of the checkpoint (and of a track slot) and the slot's
+// ring records, addressed once for both implementations of the replay. `tile` is the block's
+// 16-row tile of value head blockIdx.y.
+template <int EPL, class Act, bool KDA> struct ReplayRows {
+  static constexpr int K = kWarpSize * EPL;
+  static constexpr int ROWS = RowTiling::kRows;
+  int block_row0, row0, kc, V;
   bool row_ok[ROWS];
-  RSSM_UNROLL
-  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < geo.V;
+  bool l2norm;
+  float *state, *track;  // this lane's first channel of the warp's row 0; track NULL = none
+  const Act *rk;         // record 0's raw key, this lane's channels
+  const Act *rv;         // record 0's raw v, the block's row 0
+  const float *rg, *rb;  // record 0's log decay (this lane's channels for KDA) and beta
 
-  const int64_t head = int64_t(geo.V) * K;
-  const int64_t slot_base = int64_t(layer) * geo.num_slots;
-  float *state = geo.state + ((slot_base + slot) * geo.HV + hv) * head + int64_t(row0) * K + kc;
-  float *track = track_slot >= 0 ? geo.state + ((slot_base + track_slot) * geo.HV + hv) * head + int64_t(row0) * K + kc
-                                 : nullptr;
-  const int W = geo.window;
-  const Act *rk = static_cast<const Act *>(geo.ring_k) + ((slot_base + slot) * geo.H + h) * int64_t(W) * K + kc;
-  const Act *rv = static_cast<const Act *>(geo.ring_v) + ((slot_base + slot) * geo.HV + hv) * int64_t(W) * geo.V + row0;
-  const int64_t gate_base = ((slot_base + slot) * geo.HV + hv) * int64_t(W);
-  const float *rg = geo.ring_g + (KDA ? gate_base * K + kc : gate_base);
-  const float *rb = geo.ring_beta + gate_base;
+  __device__ __forceinline__ ReplayRows(const RingGeometry &geo, int tile, int layer, int slot, int track_slot) {
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    const int hv = blockIdx.y, h = hv / (geo.HV / geo.H);
+    block_row0 = tile * RowTiling::kRowsPerBlock;
+    row0 = block_row0 + warp * ROWS;
+    kc = lane * EPL;
+    V = geo.V;
+    l2norm = geo.l2norm;
+    RSSM_UNROLL
+    for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < geo.V;
+    const int64_t head = int64_t(geo.V) * K, slot_base = int64_t(layer) * geo.num_slots;
+    const int64_t rows_at = hv * head + int64_t(row0) * K + kc;
+    state = geo.state + (slot_base + slot) * geo.HV * head + rows_at;
+    track = track_slot >= 0 ? geo.state + (slot_base + track_slot) * geo.HV * head + rows_at : nullptr;
+    const int64_t W = geo.window;
+    rk = static_cast<const Act *>(geo.ring_k) + ((slot_base + slot) * geo.H + h) * W * K + kc;
+    rv = static_cast<const Act *>(geo.ring_v) + ((slot_base + slot) * geo.HV + hv) * W * geo.V + block_row0;
+    const int64_t gate_base = ((slot_base + slot) * geo.HV + hv) * W;
+    rg = geo.ring_g + (KDA ? gate_base * K + kc : gate_base);
+    rb = geo.ring_beta + gate_base;
+  }
 
-  float s[ROWS][EPL];
-  load_rows(state, K, row_ok, s);
-  for (int step = 0; step < n; ++step) {
-    const int t = path ? path[step] : step;  // ring position of this step's record
-    float kh[EPL];
-    load_key(rk + int64_t(t) * K, geo.l2norm, kh);
+  // Record t's key (normalised when the ring asks) and decay factors, in this lane's channels.
+  // Whole warp.
+  __device__ __forceinline__ void record(int t, float (&kh)[EPL], Decay<EPL, KDA> &decay) const {
+    load_key(rk + int64_t(t) * K, l2norm, kh);
     float g[KDA ? EPL : 1];
     RSSM_UNROLL
     for (int j = 0; j < (KDA ? EPL : 1); ++j) g[j] = rg[KDA ? int64_t(t) * K + j : t];
-    const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
+    decay = decay_from_log<EPL, KDA>(g);
+  }
+
+  // Record t's v at row `r` of the block (0 past V).
+  __device__ __forceinline__ float v(int t, int r) const {
+    return block_row0 + r < V ? to_float(rv[int64_t(t) * V + r]) : 0.0f;
+  }
+};
+
+// Replays n records of `slot` (layer `layer`) into this warp's rows of the checkpoint: records
+// 0..n-1, or path[0..n-1] when `path` is set (checked by the caller); when `track_slot >= 0`,
+// also stores the state after step `track_step` into that slot.
+template <int EPL, class Act, bool KDA>
+__device__ __forceinline__ void replay_slot(const RingGeometry &geo, int tile, int layer, int slot, int n,
+                                            int track_slot, int track_step, const int32_t *path = nullptr) {
+  using Rows = ReplayRows<EPL, Act, KDA>;
+  constexpr int K = Rows::K, ROWS = Rows::ROWS;
+  const Rows w(geo, tile, layer, slot, track_slot);
+  const int my_rows = w.row0 - w.block_row0;
+  float s[ROWS][EPL];
+  load_rows(w.state, K, w.row_ok, s);
+  for (int step = 0; step < n; ++step) {
+    const int t = path ? path[step] : step;  // ring position of this step's record
+    float kh[EPL];
+    Decay<EPL, KDA> decay;
+    w.record(t, kh, decay);
     float vr[ROWS];
     RSSM_UNROLL
-    for (int r = 0; r < ROWS; ++r) vr[r] = row_ok[r] ? to_float(rv[int64_t(t) * geo.V + r]) : 0.0f;
-    delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, rb[t], vr);
-    if (track && step == track_step) store_rows(track, K, row_ok, s);
+    for (int r = 0; r < ROWS; ++r) vr[r] = w.v(t, my_rows + r);
+    delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, w.rb[t], vr);
+    if (w.track && step == track_step) store_rows(w.track, K, w.row_ok, s);
   }
-  store_rows(state, K, row_ok, s);
+  store_rows(w.state, K, w.row_ok, s);
 }
 
 // RSSM_IMPL_PREFETCH of replay_slot: the same float operations in the same order (so the same
@@ -80,48 +109,28 @@ __device__ __forceinline__ void replay_slot(const RingGeometry &geo, int tile, i
 template <int EPL, class Act, bool KDA>
 __device__ __forceinline__ void replay_slot_prefetch(const RingGeometry &geo, int tile, int layer, int slot, int n,
                                                      int track_slot, int track_step, const int32_t *path) {
-  constexpr int K = kWarpSize * EPL;
-  constexpr int ROWS = RowTiling::kRows;
+  using Rows = ReplayRows<EPL, Act, KDA>;
+  constexpr int K = Rows::K, ROWS = Rows::ROWS;
   constexpr int RB = RowTiling::kRowsPerBlock;
   constexpr int GW = KDA ? EPL : 1;  // decay values per lane
   static_assert(RB == 16, "replay_prefetch_smem_floats stages 16 rows of v per record");
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int hv = blockIdx.y;
-  const int block_row0 = tile * RB, row0 = block_row0 + warp * ROWS;
-  const int h = hv / (geo.HV / geo.H);
-  const int kc = lane * EPL;
-  bool row_ok[ROWS];
-  RSSM_UNROLL
-  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < geo.V;
-
-  const int64_t head = int64_t(geo.V) * K;
-  const int64_t slot_base = int64_t(layer) * geo.num_slots;
-  float *state = geo.state + ((slot_base + slot) * geo.HV + hv) * head + int64_t(row0) * K + kc;
-  float *track = track_slot >= 0 ? geo.state + ((slot_base + track_slot) * geo.HV + hv) * head + int64_t(row0) * K + kc
-                                 : nullptr;
+  const Rows w(geo, tile, layer, slot, track_slot);
+  const int kc = w.kc;
   float s[ROWS][EPL];
-  load_rows(state, K, row_ok, s);  // in flight while the records are staged
+  load_rows(w.state, K, w.row_ok, s);  // in flight while the records are staged
 
   const int W = geo.window;
-  const Act *rk = static_cast<const Act *>(geo.ring_k) + ((slot_base + slot) * geo.H + h) * int64_t(W) * K + kc;
-  const Act *rv =
-      static_cast<const Act *>(geo.ring_v) + ((slot_base + slot) * geo.HV + hv) * int64_t(W) * geo.V + block_row0;
-  const int64_t gate_base = ((slot_base + slot) * geo.HV + hv) * int64_t(W);
-  const float *rg = geo.ring_g + (KDA ? gate_base * K + kc : gate_base);
-  const float *rb = geo.ring_beta + gate_base;
   RSSM_DYNAMIC_SMEM(float, smem);
-  float *key_s = smem;                        // [n][K]
-  float *decay_s = key_s + int64_t(W) * K;    // [n][K] (KDA) or [n]
+  float *key_s = smem;                                   // [n][K]
+  float *decay_s = key_s + int64_t(W) * K;               // [n][K] (KDA) or [n]
   float *beta_s = decay_s + int64_t(W) * (KDA ? K : 1);  // [n]
-  float *v_s = beta_s + W;                    // [n][16]
+  float *v_s = beta_s + W;                               // [n][16]
   for (int step = warp; step < n; step += RowTiling::kWarps) {
     const int t = path ? path[step] : step;
     float kh[EPL];
-    load_key(rk + int64_t(t) * K, geo.l2norm, kh);
-    float g[GW];
-    RSSM_UNROLL
-    for (int j = 0; j < GW; ++j) g[j] = rg[KDA ? int64_t(t) * K + j : t];
-    const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
+    Decay<EPL, KDA> decay;
+    w.record(t, kh, decay);
     RSSM_UNROLL
     for (int j = 0; j < EPL; ++j) key_s[step * K + kc + j] = kh[j];
     if constexpr (KDA) {
@@ -130,12 +139,11 @@ __device__ __forceinline__ void replay_slot_prefetch(const RingGeometry &geo, in
     } else if (lane == 0) {
       decay_s[step] = decay.d[0];
     }
-    if (lane == 0) beta_s[step] = rb[t];
+    if (lane == 0) beta_s[step] = w.rb[t];
   }
   for (int i = threadIdx.x; i < n * RB; i += RowTiling::kThreads) {
-    const int step = i / RB, r = i % RB;
-    const int t = path ? path[step] : step;
-    v_s[i] = block_row0 + r < geo.V ? to_float(rv[int64_t(t) * geo.V + r]) : 0.0f;
+    const int step = i / RB;
+    v_s[i] = w.v(path ? path[step] : step, i % RB);
   }
   __syncthreads();
   for (int step = 0; step < n; ++step) {
@@ -149,9 +157,9 @@ __device__ __forceinline__ void replay_slot_prefetch(const RingGeometry &geo, in
     RSSM_UNROLL
     for (int r = 0; r < ROWS; ++r) vr[r] = v_s[step * RB + warp * ROWS + r];
     delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, beta_s[step], vr);
-    if (track && step == track_step) store_rows(track, K, row_ok, s);
+    if (w.track && step == track_step) store_rows(w.track, K, w.row_ok, s);
   }
-  store_rows(state, K, row_ok, s);
+  store_rows(w.state, K, w.row_ok, s);
 }
 
 // Replays into this block's rows with the implementation PREFETCH selects (a compile-time choice:
