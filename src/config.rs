@@ -132,6 +132,9 @@ impl KernelFamily {
 pub struct EngineFlags {
     pub enable_linear_replayssm: bool,
     pub enable_linear_replayssm_spec: bool,
+    /// `--linear-replayssm-spec-deferred-fold`: fold each commit inside the next step's verify
+    /// (kernel VF) instead of after it (F).
+    pub linear_replayssm_spec_deferred_fold: bool,
     pub linear_replayssm_cache_len: Option<i64>,
     pub disaggregation_mode: PoolRole,
     pub mamba_radix_cache_strategy: RadixCacheStrategy,
@@ -170,6 +173,7 @@ impl Default for EngineFlags {
         EngineFlags {
             enable_linear_replayssm: false,
             enable_linear_replayssm_spec: false,
+            linear_replayssm_spec_deferred_fold: false,
             linear_replayssm_cache_len: None,
             disaggregation_mode: PoolRole::Local,
             mamba_radix_cache_strategy: RadixCacheStrategy::NoBuffer,
@@ -229,6 +233,9 @@ pub struct ResolvedConfig {
     pub radix: RadixCacheStrategy,
     pub state_dtype: StateDtype,
     pub verify_layout: VerifyLayout,
+    /// Commits are folded inside the next step's verify (kernel VF, a two-window ring and a
+    /// pending table: [`crate::state::deferred_ring`]); only with [`Mode::Spec`].
+    pub deferred_fold: bool,
     pub decode_backend: KernelFamily,
     pub verify_backend: KernelFamily,
     pub warnings: Vec<String>,
@@ -276,6 +283,14 @@ pub enum GateError {
     RingWithoutBufferedDecode,
     #[error("P1: a spec ring needs a pool resolved with --enable-linear-replayssm-spec. Got a pool in mode '{mode}'. Enable --enable-linear-replayssm-spec, or do not attach a spec ring.")]
     SpecRingWithoutSpec { mode: &'static str },
+    #[error("D1: --linear-replayssm-spec-deferred-fold folds commits inside the spec verify, so it needs --enable-linear-replayssm-spec. Got it without (--enable-linear-replayssm-spec not given). Add --enable-linear-replayssm-spec, or remove --linear-replayssm-spec-deferred-fold.")]
+    DeferredWithoutSpec,
+    #[error("D2: --linear-replayssm-spec-deferred-fold keeps the accepted records of the last step in one half of a two-window ring; --ragged-verify-mode='{mode}' writes windows the deferred ring cannot place. Use --ragged-verify-mode static, or remove --linear-replayssm-spec-deferred-fold.")]
+    DeferredRaggedVerify { mode: &'static str },
+    #[error("D3: --linear-replayssm-spec-deferred-fold leaves accepted records pending in each slot between steps, and --mamba-radix-cache-strategy='extra_buffer' copies checkpoints between slots outside the step (the ping-pong donation), which would copy a state that misses them. Use --mamba-radix-cache-strategy no_buffer, or remove --linear-replayssm-spec-deferred-fold.")]
+    DeferredExtraBuffer,
+    #[error("P1: a deferred-fold ring needs a pool resolved with --enable-linear-replayssm-spec --linear-replayssm-spec-deferred-fold. Got a pool {got}. Resolve the pool with both flags, or attach a plain spec ring (V + F).")]
+    DeferredRingWithoutFlag { got: &'static str },
     #[error("--speculative-num-draft-tokens must be at least 1. Got --speculative-num-draft-tokens={got}.")]
     DraftTokens { got: i64 },
     #[error("S1: --enable-linear-replayssm-spec verifies a linear chain with the V kernel, whose window takes at most {limit} draft positions. Got --speculative-num-draft-tokens={got}. Use --speculative-num-draft-tokens {limit} or fewer, or disable --enable-linear-replayssm-spec.")]
@@ -296,9 +311,13 @@ impl GateError {
             GateError::SpecOnPrefill => "B4",
             GateError::BothModes => "B5",
             GateError::SpecNgramTooLarge { .. } => "N1",
+            GateError::DeferredWithoutSpec => "D1",
+            GateError::DeferredRaggedVerify { .. } => "D2",
+            GateError::DeferredExtraBuffer => "D3",
             GateError::RingOnDisaggregatedPool { .. }
             | GateError::RingWithoutBufferedDecode
-            | GateError::SpecRingWithoutSpec { .. } => "P1",
+            | GateError::SpecRingWithoutSpec { .. }
+            | GateError::DeferredRingWithoutFlag { .. } => "P1",
             GateError::DraftTokens { .. } | GateError::ChainTooLong { .. } => "S1",
         }
     }
@@ -311,6 +330,20 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
     let mut warnings = vec![];
     if buffered && spec {
         return Err(GateError::BothModes);
+    }
+    let deferred_fold = f.linear_replayssm_spec_deferred_fold;
+    if deferred_fold {
+        if !spec {
+            return Err(GateError::DeferredWithoutSpec);
+        }
+        if f.ragged_verify_mode != VerifyLayout::Static {
+            return Err(GateError::DeferredRaggedVerify {
+                mode: f.ragged_verify_mode.flag_value(),
+            });
+        }
+        if f.mamba_radix_cache_strategy == RadixCacheStrategy::ExtraBuffer {
+            return Err(GateError::DeferredExtraBuffer);
+        }
     }
     if let Some(n) = f.speculative_num_draft_tokens {
         if n < 1 {
@@ -480,6 +513,7 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
         radix: f.mamba_radix_cache_strategy,
         state_dtype,
         verify_layout: f.ragged_verify_mode,
+        deferred_fold,
         decode_backend: f.linear_attn_decode_backend.clone(),
         verify_backend,
         warnings,
@@ -516,6 +550,12 @@ impl ResolvedConfig {
         match (self.mode, self.draft) {
             (Mode::Off, _) => "R recurrent decode (baseline; no ReplaySSM kernels)",
             (Mode::Buffered { .. }, _) => "D buffered decode",
+            (Mode::Spec, DraftShape::Tree { .. }) if self.deferred_fold => {
+                "VF deferred fold + tree verify (strict-ancestor mask); FT path fold flushes"
+            }
+            (Mode::Spec, _) if self.deferred_fold => {
+                "VF deferred fold + chain verify (strictly-lower window mask); F flushes"
+            }
             (Mode::Spec, DraftShape::Tree { .. }) => {
                 "VT tree verify (strict-ancestor mask) + FT path fold (fold-every-commit)"
             }
@@ -529,6 +569,7 @@ impl std::fmt::Display for ResolvedConfig {
         let mode = match self.mode {
             Mode::Off => "off".to_string(),
             Mode::Buffered { cache_len } => format!("buffered decode (cache_len {cache_len})"),
+            Mode::Spec if self.deferred_fold => "spec ring, deferred fold".to_string(),
             Mode::Spec => "spec ring".to_string(),
         };
         let draft = match self.draft {

@@ -8,9 +8,10 @@ use std::str::FromStr;
 use crate::config::{EngineFlags, KernelFamily};
 
 /// Every flag the parser takes: (name, takes a value).
-pub const ENGINE_FLAGS: [(&str, bool); 13] = [
+pub const ENGINE_FLAGS: [(&str, bool); 14] = [
     ("--enable-linear-replayssm", false),
     ("--enable-linear-replayssm-spec", false),
+    ("--linear-replayssm-spec-deferred-fold", false),
     ("--linear-replayssm-cache-len", true),
     ("--disaggregation-mode", true),
     ("--mamba-radix-cache-strategy", true),
@@ -67,6 +68,7 @@ pub fn parse_engine_args<S: AsRef<str>>(args: &[S]) -> Result<EngineFlags, Strin
             }
             match flag {
                 "--enable-linear-replayssm" => f.enable_linear_replayssm = true,
+                "--linear-replayssm-spec-deferred-fold" => f.linear_replayssm_spec_deferred_fold = true,
                 _ => f.enable_linear_replayssm_spec = true,
             }
             continue;

@@ -115,6 +115,12 @@ pub enum Error {
     Gate(#[from] crate::config::GateError),
     #[error("slot {slot} has {pending} pending buffered-decode records: materialise it before copying from it (a copy-on-write source must be fully flushed)")]
     PendingRing { slot: usize, pending: usize },
+    #[error("slot {slot} has {pending} accepted records not yet folded into its checkpoint (deferred fold): {action} needs it flushed first (DeferredRing::flush, or Stream::defer_flush on device memory)")]
+    PendingFold {
+        slot: usize,
+        pending: usize,
+        action: &'static str,
+    },
     #[error("{what} belongs to another pool: attach the ring to the pool it is used with")]
     ForeignPool { what: &'static str },
     #[error("the decode step was taken before the ring's cursors last changed ({why}): begin a new step")]

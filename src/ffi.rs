@@ -41,3 +41,11 @@ assert_layout!(rssm_decode_params, size = 256, {
 assert_layout!(rssm_cursor_params, size = 56, {
     cursors = 0, slots = 8, positions = 16, force_flush = 24, error_word = 32, batch = 40, num_slots = 44, cache_len = 48, op = 52,
 });
+
+assert_layout!(rssm_verify_fold_params, size = 296, {
+    verify = 0, pending = 272, track_slots = 280, track_steps = 288,
+});
+
+assert_layout!(rssm_defer_params, size = 72, {
+    pending = 0, slots = 8, accept_lens = 16, accept_paths = 24, paths = 32, error_word = 40, batch = 48, num_slots = 52, window = 56, path_width = 60, op = 64, reserved = 68,
+});

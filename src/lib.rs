@@ -9,11 +9,12 @@
 //!   [`dtype`], [`problem`] (head dims, variant, gate), [`error`], [`checks`] (every host check),
 //!   [`config`] (capability gates) and [`engine_args`] (SGLang's flags);
 //! - [`runtime`]: launch plumbing, CUDA runtime, emulator;
-//! - [`state`]: [`CheckpointPool`], [`SpecRing`], [`DecodeRing`];
+//! - [`state`]: [`CheckpointPool`], [`SpecRing`], [`DecodeRing`], [`DeferredRing`];
 //! - [`tokens`]: the token inputs R, V and D share; [`reference`]: f32/f64 SPEC §3 maths;
 //! - [`kernels`]: one module per kernel, named like its launcher `csrc/kernels/<name>.cu`:
 //!   [`kernels::recurrent`] (R), [`kernels::verify`] (V), [`kernels::fold`] (F),
-//!   [`kernels::replay`] (P), [`kernels::decode`] (D, materialise), [`kernels::tree`] (VT, FT);
+//!   [`kernels::replay`] (P), [`kernels::decode`] (D, materialise), [`kernels::tree`] (VT, FT),
+//!   [`kernels::verify_fold`] (VF, the deferred fold);
 //! - [`capi`]: the C ABI (header `include/replayssm.h`), [`interop`]: cudarc views for it.
 
 pub mod backend;
@@ -47,6 +48,7 @@ pub use kernels::recurrent::{recurrent, RecurrentOutputs, RecurrentPlan};
 pub use kernels::replay::replay;
 pub use kernels::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree};
 pub use kernels::verify::verify;
+pub use kernels::verify_fold::{verify_fold, verify_fold_tree};
 pub use limits::{MAX_CACHE_LEN, MAX_TREE_NODES, MAX_VERIFY_WINDOW};
 pub use memory::{
     Device, DeviceAct, DeviceActView, DeviceActViewMut, DeviceSeqlens, DeviceSlice, DeviceSliceMut, DeviceVec, Host,
@@ -54,6 +56,7 @@ pub use memory::{
 };
 pub use problem::{HeadDims, Variant};
 pub use state::decode_ring::{DecodeRing, DecodeStep, ForceFlush};
+pub use state::deferred_ring::DeferredRing;
 pub use state::pool::{CheckpointPool, PoolShape};
 pub use state::spec_ring::{RingShape, SpecRing};
 pub use tokens::{Gate, RecurrentInputs};

@@ -324,7 +324,8 @@ impl Drop for Forced {
     }
 }
 
-fn forced(kernel: Kernel) -> Option<Choice> {
+/// The choice [`force`] pinned for `kernel` on this thread, if any.
+pub fn forced(kernel: Kernel) -> Option<Choice> {
     FORCED.with(|f| f.borrow().iter().rev().find(|(k, _)| *k == kernel).map(|(_, c)| *c))
 }
 

@@ -473,6 +473,7 @@ fn random_flags(r: &mut impl Rng) -> EngineFlags {
             .gen_bool(0.6)
             .then(|| [StateDtype::Float32, StateDtype::Bfloat16, StateDtype::Float16][pick(r, 3) as usize]),
         ragged_verify_mode: [VerifyLayout::Static, VerifyLayout::CapAccept, VerifyLayout::Compact][pick(r, 3) as usize],
+        linear_replayssm_spec_deferred_fold: r.gen_bool(0.3),
         linear_attn_kind: if r.gen_bool(0.5) { Variant::Gdn } else { Variant::Kda },
     }
 }

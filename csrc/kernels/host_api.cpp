@@ -26,6 +26,14 @@ extern "C" rssm_status rssm_cursors_can_implement(const rssm_cursor_params *para
   return rssm::cursors_can_implement(params);
 }
 
+extern "C" rssm_status rssm_verify_fold_can_implement(const rssm_verify_fold_params *params) {
+  return rssm::verify_fold_can_implement(params, true);
+}
+
+extern "C" rssm_status rssm_defer_can_implement(const rssm_defer_params *params) {
+  return rssm::defer_can_implement(params);
+}
+
 extern "C" int64_t rssm_verify_smem_bytes(int32_t max_seqlen, int32_t K, int32_t kda) {
   return int64_t(sizeof(float)) * rssm::verify_smem_floats(max_seqlen, K, kda != 0);
 }

@@ -563,3 +563,139 @@ pub(crate) fn cursors(p: &ffi::rssm_cursor_params, backend: Backend) -> Check {
     }
     Ok(())
 }
+
+/// The pending-table entries (`[NS, 2 + W]`) of the live `slots`, as kernel VF and the defer
+/// kernel read them: `n` in 0..=W, half 0 or 1, `n` ring positions inside that half, increasing.
+pub(crate) fn pending_entries(table: &[i32], w: usize, slots: &[i32]) -> Check {
+    let e = 2 + w;
+    for &slot in slots.iter().filter(|&&s| s >= 0) {
+        let Some(entry) = table.get(slot as usize * e..(slot as usize + 1) * e) else {
+            return Err(bad(format!("pending table: slot {slot} has no entry")));
+        };
+        pending_entry(entry, w, slot)?;
+    }
+    Ok(())
+}
+
+fn pending_entry(entry: &[i32], w: usize, slot: i32) -> Check {
+    let (n, half, w32) = (entry[0], entry[1], w as i32);
+    if n < 0 || n > w32 {
+        return Err(bad(format!(
+            "pending[slot {slot}].n = {n} records, must be in 0..={w32} (the deferred window W)"
+        )));
+    }
+    if half != 0 && half != 1 {
+        return Err(bad(format!("pending[slot {slot}].half = {half}, must be 0 or 1")));
+    }
+    let pos = &entry[2..2 + n as usize];
+    for (i, &x) in pos.iter().enumerate() {
+        if x < half * w32 || x >= (half + 1) * w32 || (i > 0 && x <= pos[i - 1]) {
+            return Err(bad(format!(
+                "pending[slot {slot}] positions {pos:?}: each must be in half {half} ({}..{}) and increasing",
+                half * w32,
+                (half + 1) * w32
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The checks of `rssm_verify_fold`'s params (the Rust wrapper's launch): V's on the verify,
+/// then the two-window ring, the pending table and the track.
+pub(crate) fn verify_fold(p: &ffi::rssm_verify_fold_params, backend: Backend) -> Check {
+    let v = &p.verify;
+    if v.impl_ != 0 || v.block_rows != 0 {
+        return Err(bad(format!(
+            "verify.impl = {}, verify.block_rows = {}: VF has one implementation (0, 0)",
+            v.impl_, v.block_rows
+        )));
+    }
+    verify(v, backend)?;
+    if v.ring_v.is_null() {
+        return Err(bad(
+            "VF writes the new window to the ring: set ring_v, ring_k, ring_g, ring_beta",
+        ));
+    }
+    nonnull(p.pending, "pending")?;
+    if v.window % 2 != 0 || v.window / 2 > ffi::RSSM_MAX_VERIFY_WINDOW as i32 {
+        return Err(bad(format!(
+            "window = {}: the deferred ring holds two windows, so it must be 2 W with W in 1..={}",
+            v.window,
+            ffi::RSSM_MAX_VERIFY_WINDOW
+        )));
+    }
+    let w = v.window / 2;
+    if v.max_seqlen > w {
+        return Err(bad(format!(
+            "max_seqlen = {} exceeds W = {w} (window / 2): a draft window must fit one half of the ring",
+            v.max_seqlen
+        )));
+    }
+    if p.track_slots.is_null() != p.track_steps.is_null() {
+        return Err(bad("track_slots and track_steps: set both or neither"));
+    }
+    if backend == Backend::Emulated {
+        let b = v.batch as usize;
+        // SAFETY: the documented extents: slots and track_* [batch], pending [num_slots, 2 + W].
+        let slots = unsafe { live_slots(v.slots, v.batch, v.num_slots)? };
+        let e = 2 + w as usize;
+        let mut lens = vec![0i32; b];
+        for (row, &s) in slots.iter().enumerate().filter(|(_, &s)| s >= 0) {
+            // SAFETY: as above; only live rows' entries are read.
+            let entry = unsafe { host_ints(p.pending.add(s as usize * e), e) };
+            pending_entry(&entry, w as usize, s)?;
+            lens[row] = entry[0];
+        }
+        if !p.track_slots.is_null() {
+            // SAFETY: as above.
+            let (ts, st) = unsafe { (host_ints(p.track_slots, b), host_ints(p.track_steps, b)) };
+            indices::tracks(&ts, &st, &slots, &lens, v.num_slots)?;
+        }
+    }
+    Ok(())
+}
+
+/// The checks of `rssm_defer`'s params (the Rust wrapper's launch).
+pub(crate) fn defer(p: &ffi::rssm_defer_params, backend: Backend) -> Check {
+    in_range(p.op, 0, 2, "op (0 = COMMIT, 1 = GATHER, 2 = RESET)")?;
+    in_range(p.batch, 1, ffi::RSSM_MAX_BATCH as i32, "batch")?;
+    at_least(p.num_slots as i64, 1, "num_slots")?;
+    in_range(p.window, 1, ffi::RSSM_MAX_VERIFY_WINDOW as i32, "window (W)")?;
+    nonnull(p.pending, "pending")?;
+    nonnull(p.slots, "slots")?;
+    let commit = p.op == ffi::rssm_defer_op_RSSM_DEFER_COMMIT as i32;
+    if commit {
+        match (p.accept_lens.is_null(), p.accept_paths.is_null()) {
+            (false, true) if p.path_width == 0 => {}
+            (false, true) => return Err(bad("path_width must be 0 without accept_paths")),
+            (true, false) => in_range(p.path_width, 1, p.window, "path_width (columns of accept_paths)")?,
+            _ => return Err(bad("COMMIT: give exactly one of accept_lens and accept_paths")),
+        }
+    }
+    if p.op == ffi::rssm_defer_op_RSSM_DEFER_GATHER as i32 {
+        nonnull(p.paths, "paths")?;
+    }
+    if backend == Backend::Emulated {
+        let b = p.batch as usize;
+        let w = p.window as usize;
+        // SAFETY: the documented extents: slots and accept_lens [batch], accept_paths
+        // [batch, path_width], pending [num_slots, 2 + window].
+        let slots = unsafe { live_slots(p.slots, p.batch, p.num_slots)? };
+        if p.op != ffi::rssm_defer_op_RSSM_DEFER_RESET as i32 {
+            let table = unsafe { host_ints(p.pending, p.num_slots as usize * (2 + w)) };
+            pending_entries(&table, w, &slots)?;
+        }
+        if commit {
+            if p.accept_paths.is_null() {
+                // SAFETY: as above.
+                let lens = unsafe { host_ints(p.accept_lens, b) };
+                indices::lengths("accept_lens", &lens, &slots, p.window)?;
+            } else {
+                let pw = p.path_width as usize;
+                // SAFETY: as above.
+                indices::paths(&unsafe { host_ints(p.accept_paths, b * pw) }, pw, &slots, p.window)?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -9,3 +9,4 @@ pub mod recurrent;
 pub mod replay;
 pub mod tree;
 pub mod verify;
+pub mod verify_fold;

@@ -137,6 +137,29 @@ pub(crate) fn verify_kernel<M: Memory>(
     o: &mut M::ViewMut<'_>,
     ring: Option<&mut SpecRing<M>>,
 ) -> Result<()> {
+    let state = exec.store("pool", pool.storage())?;
+    let mut params = verify_params(exec, inp, parent.as_ref(), state, pool, layer, plan, o, ring)?;
+    crate::tuning::apply_verify(&mut params);
+    // The checks the C ABI runs on the same params (one source: `checks::params`).
+    crate::checks::params::verify(&params, exec.backend)?;
+    let st = launch!(exec, rssm_verify, rssm_emu_verify, &params);
+    check_status("verify", exec.backend, st)
+}
+
+/// The params of a verify launch (V, and the verify half of VF) with the DEFAULT implementation;
+/// `state` is the pool's checkpoint pointer as the caller lent it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn verify_params<M: Memory>(
+    exec: &Exec,
+    inp: &RecurrentInputs<'_, M>,
+    parent: Option<&M::Slice<'_, i32>>,
+    state: *const f32,
+    pool: &CheckpointPool<M>,
+    layer: usize,
+    plan: &VerifyPlan,
+    o: &mut M::ViewMut<'_>,
+    ring: Option<&mut SpecRing<M>>,
+) -> Result<ffi::rssm_verify_params> {
     let d = inp.dims;
     let s = pool.shape();
     let window = ring.as_ref().map_or(1, |r| r.shape.window);
@@ -156,7 +179,7 @@ pub(crate) fn verify_kernel<M: Memory>(
         ),
     };
     let (o_ptr, o_stride) = output_ptr(exec, o)?;
-    let mut params = ffi::rssm_verify_params {
+    Ok(ffi::rssm_verify_params {
         q: t.q.cast(),
         k: t.k.cast(),
         v: t.v.cast(),
@@ -167,12 +190,12 @@ pub(crate) fn verify_kernel<M: Memory>(
         g: t.g,
         beta: t.beta,
         cu_seqlens: t.cu_seqlens,
-        parent: match &parent {
+        parent: match parent {
             Some(p) => exec.slice("parent", p)?,
             None => std::ptr::null(),
         },
         slots: t.slots,
-        state: exec.store("pool", pool.storage())?,
+        state,
         o: o_ptr.cast(),
         ring_v,
         ring_k,
@@ -201,16 +224,11 @@ pub(crate) fn verify_kernel<M: Memory>(
         variant: inp.variant.to_ffi(),
         qk_l2norm: inp.qk_l2norm as i32,
         ..Default::default()
-    };
-    crate::tuning::apply_verify(&mut params);
-    // The checks the C ABI runs on the same params (one source: `checks::params`).
-    crate::checks::params::verify(&params, exec.backend)?;
-    let st = launch!(exec, rssm_verify, rssm_emu_verify, &params);
-    check_status("verify", exec.backend, st)
+    })
 }
 
 /// The Reference verify: the f32 recurrence from the checkpoint (outputs), raw ring records.
-fn verify_reference(
+pub(crate) fn verify_reference(
     inp: &RecurrentInputs<'_>,
     pool: &CheckpointPool,
     layer: usize,
@@ -234,6 +252,19 @@ fn verify_reference(
 
 /// The Reference backend's ring write of a verify: raw records at window positions `0..T`.
 pub(crate) fn write_ring_reference(inp: &RecurrentInputs<'_>, layer: usize, ring: &mut SpecRing) {
+    let span = ring.shape.window;
+    write_ring_reference_at(inp, layer, ring, |_| 0, span)
+}
+
+/// The same at ring positions `base(row) + 0..T`, `span` positions from the base on (VF: the
+/// half its window goes to).
+pub(crate) fn write_ring_reference_at(
+    inp: &RecurrentInputs<'_>,
+    layer: usize,
+    ring: &mut SpecRing,
+    base: impl Fn(usize) -> usize,
+    span: usize,
+) {
     let d = inp.dims;
     let s = ring.shape;
     let gw = d.gate_width(inp.variant);
@@ -243,9 +274,10 @@ pub(crate) fn write_ring_reference(inp: &RecurrentInputs<'_>, layer: usize, ring
         }
         let slot = slot as usize;
         let bos = inp.cu_seqlens[r] as usize;
-        let len = (inp.cu_seqlens[r + 1] as usize - bos).min(s.window);
-        for t in 0..len {
-            let tok = bos + t;
+        let len = (inp.cu_seqlens[r + 1] as usize - bos).min(span);
+        let at = base(r);
+        for i in 0..len {
+            let (tok, t) = (bos + i, at + i);
             for h in 0..d.h {
                 let base = s.k_index(layer, slot, h, t);
                 for j in 0..d.k {

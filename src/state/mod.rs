@@ -3,5 +3,6 @@
 //! resolved configuration so that the capability gates hold by construction.
 
 pub mod decode_ring;
+pub mod deferred_ring;
 pub mod pool;
 pub mod spec_ring;

@@ -21,6 +21,9 @@ pub struct StepBytes {
     pub fold: usize,
     /// Recurrent verify with snapshots: checkpoint read + `T` snapshots + inputs + outputs.
     pub recurrent_snapshots: usize,
+    /// Deferred fold (VF): checkpoint read and write + the `n` pending records of the last step
+    /// + the verify's ring write, inputs and outputs.
+    pub verify_fold: usize,
 }
 
 pub fn step_bytes(d: &HeadDims, act: DType, batch: usize, t: usize, accepted: usize) -> StepBytes {
@@ -32,6 +35,7 @@ pub fn step_bytes(d: &HeadDims, act: DType, batch: usize, t: usize, accepted: us
         verify: batch * (state + t * e + inputs + outputs),
         fold: batch * 2 * state + accepted * e,
         recurrent_snapshots: batch * ((1 + t) * state + inputs + outputs),
+        verify_fold: batch * (2 * state + t * e + inputs + outputs) + accepted * e,
     }
 }
 
@@ -114,7 +118,9 @@ pub const WINDOWS: [usize; 4] = [2, 4, 6, 8];
 /// One kernel's floor at one point of the grid.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KernelFloor {
-    /// `R-decode`, `R-window`, `V`, `F`, `P`, `D-nonflush`, `D-flush`, `D-cycle`, `copy`.
+    /// `R-decode`, `R-window`, `V`, `F`, `P`, `VF`, `D-nonflush`, `D-flush`, `D-cycle`, `copy`,
+    /// and the whole speculative step over every layer: `step-R` (R-window per layer + copy),
+    /// `step-V+F` (V per layer + F), `step-VF` (VF per layer).
     pub kernel: &'static str,
     /// What one launch (F: all layers; the others: one layer) must move at least, in bytes.
     pub bytes: f64,
@@ -131,6 +137,7 @@ pub fn kernel_floors(shape: &ModelShape, act: DType, b: usize, t: usize) -> Vec<
     let (recurrent_decode, d_cycle) = decode_step_bytes(d, shape.variant, act, b, t);
     let (nonflush, flush) = decode_phase_bytes(d, shape.variant, act, b, t);
     let l = t as f64;
+    let nl = shape.layers as f64;
     vec![
         KernelFloor {
             kernel: "R-decode",
@@ -153,6 +160,10 @@ pub fn kernel_floors(shape: &ModelShape, act: DType, b: usize, t: usize) -> Vec<
             bytes: bf * (2.0 * state + l * e),
         },
         KernelFloor {
+            kernel: "VF",
+            bytes: sb.verify_fold as f64,
+        },
+        KernelFloor {
             kernel: "D-nonflush",
             bytes: nonflush,
         },
@@ -170,7 +181,26 @@ pub fn kernel_floors(shape: &ModelShape, act: DType, b: usize, t: usize) -> Vec<
             kernel: "copy",
             bytes: shape.layers as f64 * bf * 2.0 * state,
         },
+        KernelFloor {
+            kernel: "step-R",
+            bytes: nl * sb.recurrent_snapshots as f64 + nl * bf * 2.0 * state,
+        },
+        KernelFloor {
+            kernel: "step-V+F",
+            bytes: nl * sb.verify as f64 + nl * sb.fold as f64,
+        },
+        KernelFloor {
+            kernel: "step-VF",
+            bytes: nl * sb.verify_fold as f64,
+        },
     ]
+}
+
+/// How many times fewer bytes a step row moves than the recurrent step (`step-R`), for the
+/// `step-*` rows of [`kernel_floors`]; `None` for per-kernel rows.
+pub fn step_ratio(floors: &[KernelFloor], row: &KernelFloor) -> Option<f64> {
+    let base = floors.iter().find(|f| f.kernel == "step-R")?.bytes;
+    row.kernel.starts_with("step-").then(|| base / row.bytes)
 }
 
 /// The floor as a time: `bytes / bandwidth`, bandwidth in bytes per second, in microseconds.
@@ -205,9 +235,31 @@ mod tests {
         assert_eq!(get("R-decode"), 4_194_304.0 + 16_512.0 + 8_192.0);
         // The recurrent commit over 36 layers: read and write one state each.
         assert_eq!(get("copy"), 36.0 * 4_194_304.0);
+        // VF, one layer: 2*state + T*E pending + T*E window + inputs + outputs.
+        assert_eq!(get("VF"), 4_194_304.0 + 2.0 * 50_176.0 + 66_048.0 + 32_768.0);
+        assert_eq!(get("step-VF"), 36.0 * get("VF"));
+        assert_eq!(get("step-V+F"), 36.0 * get("V") + get("F"));
+        assert_eq!(get("step-R"), 36.0 * get("R-window") + get("copy"));
         // SPEC §8 anchor: verify moves about 0.22x the bytes of a T=4 snapshot verify.
         let ratio = get("V") / get("R-window");
         assert!((0.20..0.23).contains(&ratio), "{ratio}");
+    }
+
+    /// The numbers: Qwen3.5-122B, B = 128, T = 4, bf16: the recurrent step moves about
+    /// 136 GB, V + F about 59.5 GB (2.29x fewer), VF about 39.6 GB (3.4x fewer).
+    #[test]
+    fn the_deferred_fold_step_moves_about_a_third_of_the_recurrent_step() {
+        let f = kernel_floors(&MODEL_SHAPES[1], DType::BF16, 128, 4);
+        let get = |k: &str| f.iter().find(|x| x.kernel == k).unwrap();
+        let gb = |k: &str| get(k).bytes / 1e9;
+        assert!((gb("step-R") - 136.3).abs() < 0.5, "{}", gb("step-R"));
+        assert!((gb("step-V+F") - 59.5).abs() < 0.5, "{}", gb("step-V+F"));
+        assert!((gb("step-VF") - 39.6).abs() < 0.5, "{}", gb("step-VF"));
+        let vf = step_ratio(&f, get("step-VF")).unwrap();
+        assert!((3.3..3.5).contains(&vf), "{vf}");
+        let vpf = step_ratio(&f, get("step-V+F")).unwrap();
+        assert!((2.2..2.4).contains(&vpf), "{vpf}");
+        assert!(step_ratio(&f, get("V")).is_none());
     }
 
     #[test]

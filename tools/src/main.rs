@@ -166,7 +166,7 @@ fn validate(args: &[String]) -> ExitCode {
 }
 
 fn floor(bandwidth_tbs: f64, json: bool, dtype: DType) -> ExitCode {
-    use replayssm_tools::floor::{floor_us, kernel_floors, BATCHES, MODEL_SHAPES, WINDOWS};
+    use replayssm_tools::floor::{floor_us, kernel_floors, step_ratio, BATCHES, MODEL_SHAPES, WINDOWS};
     if !(bandwidth_tbs.is_finite() && bandwidth_tbs > 0.0) {
         eprintln!("floor: --bandwidth must be a positive number of TB/s, got {bandwidth_tbs}");
         return ExitCode::from(2);
@@ -174,27 +174,31 @@ fn floor(bandwidth_tbs: f64, json: bool, dtype: DType) -> ExitCode {
     let bw = bandwidth_tbs * 1e12;
     if !json {
         println!(
-            "bytes floor per launch (F: all layers; others: one layer), {} activations, at {bandwidth_tbs} TB/s:",
+            "bytes floor per launch (F: all layers; step-*: a whole speculative step, all layers, every draft token accepted; others: one layer), {} activations, at {bandwidth_tbs} TB/s; x: step-R bytes / this step's:",
             dtype.name()
         );
         println!(
-            "  {:<17} {:>4} {:>2}  {:<10} {:>14} {:>10}",
-            "shape", "B", "T", "kernel", "bytes", "floor_us"
+            "  {:<17} {:>4} {:>2}  {:<10} {:>14} {:>10} {:>6}",
+            "shape", "B", "T", "kernel", "bytes", "floor_us", "x"
         );
     }
     for shape in &MODEL_SHAPES {
         for &b in &BATCHES {
             for &t in &WINDOWS {
-                for f in kernel_floors(shape, dtype, b, t) {
+                let floors = kernel_floors(shape, dtype, b, t);
+                for f in &floors {
                     let us = floor_us(f.bytes, bw);
+                    let ratio = step_ratio(&floors, f);
                     if json {
+                        let ratio = ratio.map_or(String::new(), |x| format!(",\"ratio_vs_step_r\":{x:.3}"));
                         println!(
-                            "{{\"shape\":\"{}\",\"layers\":{},\"B\":{b},\"T\":{t},\"kernel\":\"{}\",\"bytes\":{:.0},\"floor_us\":{us:.3},\"bandwidth_tbs\":{bandwidth_tbs}}}",
+                            "{{\"shape\":\"{}\",\"layers\":{},\"B\":{b},\"T\":{t},\"kernel\":\"{}\",\"bytes\":{:.0},\"floor_us\":{us:.3},\"bandwidth_tbs\":{bandwidth_tbs}{ratio}}}",
                             shape.name, shape.layers, f.kernel, f.bytes
                         );
                     } else {
+                        let ratio = ratio.map_or(String::new(), |x| format!("{x:.2}"));
                         println!(
-                            "  {:<17} {b:>4} {t:>2}  {:<10} {:>14.0} {us:>10.2}",
+                            "  {:<17} {b:>4} {t:>2}  {:<10} {:>14.0} {us:>10.2} {ratio:>6}",
                             shape.name, f.kernel, f.bytes
                         );
                     }

@@ -12,8 +12,8 @@ use replayssm::kernels::recurrent::{RecurrentOutputs, RecurrentPlan};
 use replayssm::kernels::verify::VerifyPlan;
 use replayssm::memory::{DeviceAct, DeviceActView, DeviceSeqlens, DeviceVec, Stream};
 use replayssm::{
-    AcceptedPaths, Backend, CheckpointPool, DecodeInputs, DecodeRing, DecodeStep, Device, DraftTree, Gate,
-    RecurrentInputs, Result, SpecRing, Track,
+    AcceptedPaths, Backend, CheckpointPool, DecodeInputs, DecodeRing, DecodeStep, DeferredRing, Device, DraftTree,
+    Gate, RecurrentInputs, Result, SpecRing, Track,
 };
 
 /// The stream of one staged call and its uploads.
@@ -288,6 +288,38 @@ fn verify_parent(
     if let (Some(h), Some(d)) = (ring, dring) {
         *h = d.to_host(&up.stream)?;
     }
+    Ok(plan)
+}
+
+/// Kernel VF: [`replayssm::verify_fold`], staged on Cuda (the pool, ring and pending table go up
+/// and come back down).
+pub fn verify_fold(
+    backend: Backend,
+    inp: &RecurrentInputs<'_>,
+    pool: &mut CheckpointPool,
+    layer: usize,
+    o: &mut ActViewMut<'_>,
+    dring: &mut DeferredRing,
+    track: Option<Track<'_>>,
+) -> Result<VerifyPlan> {
+    if backend != Backend::Cuda {
+        return replayssm::verify_fold(backend, inp, pool, layer, o, dring, track);
+    }
+    replayssm::kernels::verify_fold::validate_verify_fold(backend, inp, pool, layer, o, dring, track.as_ref())?;
+    let up = Up::new()?;
+    let t = up.tokens(inp)?;
+    let mut dpool = pool.to_device(&up.stream)?;
+    let mut dd = dring.to_device(&up.stream, &dpool)?;
+    let tr = track_up(&up, track)?;
+    let (mut o_dev, ol) = up.out(o)?;
+    let plan = {
+        let mut ov = o_dev.view_mut(ol.0, ol.1, ol.2, ol.3);
+        up.stream
+            .verify_fold(&t.inputs(), None, &mut dpool, layer, &mut ov, &mut dd, track_view(&tr))?
+    };
+    up.finish_out(&o_dev, o)?;
+    dpool.download(&up.stream, pool.state_mut())?;
+    *dring = dd.to_host(&up.stream, pool)?;
     Ok(plan)
 }
 

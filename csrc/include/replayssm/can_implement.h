@@ -181,3 +181,40 @@ inline rssm_status cursors_can_implement(const rssm_cursor_params *p) {
 }
 
 }  // namespace rssm
+
+namespace rssm {
+
+// VF: a verify with its ring (two halves: an even window of 2W, max_seqlen <= W), DEFAULT only, and
+// the pending table.
+inline rssm_status verify_fold_can_implement(const rssm_verify_fold_params *p, bool vector_aligned) {
+  if (!p) return RSSM_ERR_INVALID_ARGUMENT;
+  const rssm_verify_params &v = p->verify;
+  const rssm_status st = verify_can_implement(&v, vector_aligned);
+  if (st != RSSM_OK) return st;
+  if (!v.ring_v || !p->pending) return RSSM_ERR_INVALID_ARGUMENT;
+  if (v.window % 2 != 0 || v.max_seqlen > v.window / 2 || v.window / 2 > RSSM_MAX_VERIFY_WINDOW)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  if (v.impl != RSSM_IMPL_DEFAULT) return RSSM_ERR_INVALID_ARGUMENT;
+  if ((p->track_slots == nullptr) != (p->track_steps == nullptr)) return RSSM_ERR_INVALID_ARGUMENT;
+  return RSSM_OK;
+}
+
+// The pending-table kernel: its arrays for the op, sizes in range, a known op.
+inline rssm_status defer_can_implement(const rssm_defer_params *p) {
+  if (!p || !p->pending || !p->slots) return RSSM_ERR_INVALID_ARGUMENT;
+  if (p->batch < 1 || p->batch > RSSM_MAX_BATCH || p->num_slots < 1 || p->window < 1 ||
+      p->window > RSSM_MAX_VERIFY_WINDOW)
+    return RSSM_ERR_INVALID_ARGUMENT;
+  switch (p->op) {
+    case RSSM_DEFER_COMMIT:
+      if ((p->accept_lens == nullptr) == (p->accept_paths == nullptr)) return RSSM_ERR_INVALID_ARGUMENT;
+      if (p->accept_paths ? (p->path_width < 1 || p->path_width > p->window) : p->path_width != 0)
+        return RSSM_ERR_INVALID_ARGUMENT;
+      return RSSM_OK;
+    case RSSM_DEFER_GATHER: return p->paths ? RSSM_OK : RSSM_ERR_INVALID_ARGUMENT;
+    case RSSM_DEFER_RESET: return RSSM_OK;
+    default: return RSSM_ERR_INVALID_ARGUMENT;
+  }
+}
+
+}  // namespace rssm

@@ -192,3 +192,23 @@ RSSM_ASSERT_OFFSET(rssm_cursor_params, batch, 40);
 RSSM_ASSERT_OFFSET(rssm_cursor_params, num_slots, 44);
 RSSM_ASSERT_OFFSET(rssm_cursor_params, cache_len, 48);
 RSSM_ASSERT_OFFSET(rssm_cursor_params, op, 52);
+
+static_assert(sizeof(rssm_verify_fold_params) == 296, "rssm_verify_fold_params size changed");
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, verify, 0);
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, pending, 272);
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, track_slots, 280);
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, track_steps, 288);
+
+static_assert(sizeof(rssm_defer_params) == 72, "rssm_defer_params size changed");
+RSSM_ASSERT_OFFSET(rssm_defer_params, pending, 0);
+RSSM_ASSERT_OFFSET(rssm_defer_params, slots, 8);
+RSSM_ASSERT_OFFSET(rssm_defer_params, accept_lens, 16);
+RSSM_ASSERT_OFFSET(rssm_defer_params, accept_paths, 24);
+RSSM_ASSERT_OFFSET(rssm_defer_params, paths, 32);
+RSSM_ASSERT_OFFSET(rssm_defer_params, error_word, 40);
+RSSM_ASSERT_OFFSET(rssm_defer_params, batch, 48);
+RSSM_ASSERT_OFFSET(rssm_defer_params, num_slots, 52);
+RSSM_ASSERT_OFFSET(rssm_defer_params, window, 56);
+RSSM_ASSERT_OFFSET(rssm_defer_params, path_width, 60);
+RSSM_ASSERT_OFFSET(rssm_defer_params, op, 64);
+RSSM_ASSERT_OFFSET(rssm_defer_params, reserved, 68);

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define RSSM_ABI_VERSION 2 /* the kernel layer's params (2: impl and block_rows) */
+#define RSSM_ABI_VERSION 3 /* the kernel layer's params (2: impl and block_rows; 3: VF and defer) */
 
 typedef enum rssm_status {
   RSSM_OK = 0,
@@ -269,6 +269,60 @@ typedef struct rssm_cursor_params {
   int32_t op;                 /* rssm_cursor_op */
 } rssm_cursor_params;
 
+/* Deferred fold (fold-then-verify, "VF"): the commit of step t is folded inside step t+1's verify,
+ * so a speculative step moves each layer's state once read and once written (V + F: read, then
+ * read + write). The spec ring holds two windows per slot: ring positions 0..2W-1 (the ring's
+ * `window` field is 2W), half h = positions h*W .. h*W+W-1. The pending table
+ *   pending [num_slots, 2 + W] i32   per slot: n (records not yet folded, 0..W), h (the half
+ *                                    holding them, 0 or 1), then n ring positions (each in half
+ *                                    h, increasing: a prefix h*W + 0..n-1, or an accepted tree
+ *                                    path), -1 padded
+ * is shared by all layers and written only by rssm_defer between steps, so a captured CUDA graph
+ * replays the step with no host round trip. */
+
+/* Kernel VF of layer `layer`: for each live request, replays its slot's n pending records (half
+ * h) into the checkpoint (the same update path as F: bit-identical), stores it, stores the state
+ * after path step track_steps[b] into track_slots[b] when set (as F), then verifies the new
+ * window from the state in registers (as V / VT, parent as in V) and writes its raw records into
+ * half 1 - h. `verify.window` is 2W and must be even, with max_seqlen <= W. A pending row that
+ * cannot be trusted (n outside 0..W, h not 0/1: RSSM_DEVERR_BAD_LENGTH; a position outside half h
+ * or not increasing: RSSM_DEVERR_BAD_TREE) skips the request: nothing written, outputs zero. */
+typedef struct rssm_verify_fold_params {
+  rssm_verify_params verify;  /* the verify of the new window; ring pointers required; state is
+                               * written (the fold) although the verify's field is const */
+  const int32_t *pending;     /* [num_slots, 2 + W] the pending table */
+  const int32_t *track_slots; /* [batch] or NULL; -1 = none */
+  const int32_t *track_steps; /* [batch] or NULL; a step of the pending path */
+} rssm_verify_fold_params;
+
+/* Bookkeeping of the pending table between steps, one thread per row b (slot -1 = null, skipped;
+ * a slot outside 0..num_slots-1 flags RSSM_DEVERR_SLOT_OUT_OF_RANGE; a live slot repeated in the
+ * launch flags RSSM_DEVERR_DUPLICATE_SLOT and both rows are skipped):
+ *   COMMIT  after every layer's VF of a step: the slot's records are now the accepted ones of the
+ *           window VF just wrote: h' = 1 - h, n' = accept_lens[b] (0..W, else BAD_LENGTH) or the
+ *           length of accept_paths[b] (window positions, -1 padded, increasing, < W, else
+ *           BAD_TREE), positions h'*W + each accepted window position. A flagged row keeps its
+ *           entry.
+ *   GATHER  paths[b][0..W-1] = the slot's pending positions, -1 padded (all -1 for null or
+ *           flagged rows): the accept_paths of kernel F's path mode (path_width W, the ring's
+ *           2W window), which flushes them.
+ *   RESET   n = 0 (after a flush, or a slot handed to a new request; pending records dropped). */
+typedef enum rssm_defer_op { RSSM_DEFER_COMMIT = 0, RSSM_DEFER_GATHER = 1, RSSM_DEFER_RESET = 2 } rssm_defer_op;
+
+typedef struct rssm_defer_params {
+  int32_t *pending;            /* [num_slots, 2 + window] */
+  const int32_t *slots;        /* [batch] */
+  const int32_t *accept_lens;  /* COMMIT: [batch], or NULL with accept_paths */
+  const int32_t *accept_paths; /* COMMIT: [batch, path_width], or NULL with accept_lens */
+  int32_t *paths;              /* GATHER: [batch, window] out */
+  uint32_t *error_word;        /* or NULL */
+  int32_t batch, num_slots;
+  int32_t window;              /* W: one half of the ring (the draft window) */
+  int32_t path_width;          /* columns of accept_paths, 1..window; 0 without */
+  int32_t op;                  /* rssm_defer_op */
+  int32_t reserved;
+} rssm_defer_params;
+
 rssm_status rssm_recurrent(const rssm_recurrent_params *params, void *stream);
 rssm_status rssm_emu_recurrent(const rssm_recurrent_params *params, void *stream);
 rssm_status rssm_verify(const rssm_verify_params *params, void *stream);
@@ -283,6 +337,10 @@ rssm_status rssm_decode_materialize(const rssm_decode_params *params, void *stre
 rssm_status rssm_emu_decode_materialize(const rssm_decode_params *params, void *stream);
 rssm_status rssm_decode_cursors(const rssm_cursor_params *params, void *stream);
 rssm_status rssm_emu_decode_cursors(const rssm_cursor_params *params, void *stream);
+rssm_status rssm_verify_fold(const rssm_verify_fold_params *params, void *stream);
+rssm_status rssm_emu_verify_fold(const rssm_verify_fold_params *params, void *stream);
+rssm_status rssm_defer(const rssm_defer_params *params, void *stream);
+rssm_status rssm_emu_defer(const rssm_defer_params *params, void *stream);
 
 /* Static validation shared by both backends (CUTLASS's can_implement): RSSM_OK when a launch
  * with these params is well-formed for the compiled kernels. Checks host-visible fields only. */
@@ -292,6 +350,8 @@ rssm_status rssm_fold_can_implement(const rssm_fold_params *params);
 rssm_status rssm_replay_can_implement(const rssm_replay_params *params);
 rssm_status rssm_decode_can_implement(const rssm_decode_params *params);
 rssm_status rssm_cursors_can_implement(const rssm_cursor_params *params);
+rssm_status rssm_verify_fold_can_implement(const rssm_verify_fold_params *params);
+rssm_status rssm_defer_can_implement(const rssm_defer_params *params);
 
 /* Dynamic shared memory of one V launch with windows of up to max_seqlen tokens: what the
  * launcher requests (for occupancy reports; the launch computes the same). */

@@ -27,24 +27,9 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) fold_kernel(const rssm
     if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_TREE);
     return;
   }
-  // The track is checked before the request's own indices so that a track on a row that commits
-  // nothing is flagged too: the engine must not believe a prefix-cache snapshot exists.
-  int track_slot = p.track_slots ? p.track_slots[b] : -1;
+  const int track_slot = checked_track(p.slots, p.track_slots, p.track_steps, p.batch, p.num_slots, b, slot, n,
+                                       p.error_word, reporter);
   const int track_step = p.track_steps ? p.track_steps[b] : -1;
-  if (track_slot != -1) {
-    uint32_t bad = 0;
-    if (track_slot < -1 || track_slot >= p.num_slots)
-      bad = RSSM_DEVERR_TRACK_SLOT;
-    else if (warp_find_other(p.slots, p.batch, -1, track_slot) ||
-             warp_find_other(p.track_slots, p.batch, b, track_slot))
-      bad = RSSM_DEVERR_DUPLICATE_SLOT;  // a live slot's checkpoint, or another row's track
-    else if (slot < 0 || track_step < 0 || track_step >= n)
-      bad = RSSM_DEVERR_TRACK_STEP;  // (n < 0, a bad path, is flagged as BAD_TREE above)
-    if (bad) {
-      if (reporter) report_device_error(p.error_word, bad);
-      track_slot = -1;
-    }
-  }
   if (!replay_indices_ok(geo, p.slots, p.batch, b, slot, n, reporter)) return;
   replay_rows<EPL, Act, KDA, PREFETCH>(geo, tile, layer, slot, n, track_slot, track_step, path);
 }

@@ -74,18 +74,12 @@ template <int EPL, class Act, bool KDA> struct ReplayRows {
   }
 };
 
-// Replays n records of `slot` (layer `layer`) into this warp's rows of the checkpoint: records
-// 0..n-1, or path[0..n-1] when `path` is set (checked by the caller); when `track_slot >= 0`,
-// also stores the state after step `track_step` into that slot.
+// The step loop of replay_slot on state rows already in registers (VF keeps them for its verify).
 template <int EPL, class Act, bool KDA>
-__device__ __forceinline__ void replay_slot(const RingGeometry &geo, int tile, int layer, int slot, int n,
-                                            int track_slot, int track_step, const int32_t *path = nullptr) {
-  using Rows = ReplayRows<EPL, Act, KDA>;
-  constexpr int K = Rows::K, ROWS = Rows::ROWS;
-  const Rows w(geo, tile, layer, slot, track_slot);
+__device__ __forceinline__ void replay_steps(const ReplayRows<EPL, Act, KDA> &w, int n, int track_step,
+                                             const int32_t *path, float (&s)[RowTiling::kRows][EPL]) {
+  constexpr int K = ReplayRows<EPL, Act, KDA>::K, ROWS = RowTiling::kRows;
   const int my_rows = w.row0 - w.block_row0;
-  float s[ROWS][EPL];
-  load_rows(w.state, K, w.row_ok, s);
   for (int step = 0; step < n; ++step) {
     const int t = path ? path[step] : step;  // ring position of this step's record
     float kh[EPL];
@@ -97,6 +91,20 @@ __device__ __forceinline__ void replay_slot(const RingGeometry &geo, int tile, i
     delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, w.rb[t], vr);
     if (w.track && step == track_step) store_rows(w.track, K, w.row_ok, s);
   }
+}
+
+// Replays n records of `slot` (layer `layer`) into this warp's rows of the checkpoint: records
+// 0..n-1, or path[0..n-1] when `path` is set (checked by the caller); when `track_slot >= 0`,
+// also stores the state after step `track_step` into that slot.
+template <int EPL, class Act, bool KDA>
+__device__ __forceinline__ void replay_slot(const RingGeometry &geo, int tile, int layer, int slot, int n,
+                                            int track_slot, int track_step, const int32_t *path = nullptr) {
+  using Rows = ReplayRows<EPL, Act, KDA>;
+  constexpr int K = Rows::K, ROWS = Rows::ROWS;
+  const Rows w(geo, tile, layer, slot, track_slot);
+  float s[ROWS][EPL];
+  load_rows(w.state, K, w.row_ok, s);
+  replay_steps(w, n, track_step, path, s);
   store_rows(w.state, K, w.row_ok, s);
 }
 
@@ -202,6 +210,30 @@ __device__ __forceinline__ int accepted_path_length(const int32_t *row, int widt
   for (; n < width && row[n] != -1; ++n)
     if (row[n] < 0 || row[n] >= window || (n > 0 && row[n] <= row[n - 1])) return -1;
   return n;
+}
+
+// The track of request b (F, VF), checked before the request's own indices so that a track on a row
+// that commits nothing is flagged too: the engine must not believe a prefix-cache snapshot exists.
+// Returns the track slot to store into, or -1 (none, or flagged). Every lane of the warp calls it
+// (the duplicate scans are warp collectives).
+__device__ __forceinline__ int checked_track(const int32_t *slots, const int32_t *track_slots,
+                                             const int32_t *track_steps, int batch, int num_slots, int b, int slot,
+                                             int n, uint32_t *error_word, bool report) {
+  const int track_slot = track_slots ? track_slots[b] : -1;
+  const int track_step = track_steps ? track_steps[b] : -1;
+  if (track_slot == -1) return -1;
+  uint32_t bad = 0;
+  if (track_slot < -1 || track_slot >= num_slots)
+    bad = RSSM_DEVERR_TRACK_SLOT;
+  else if (warp_find_other(slots, batch, -1, track_slot) || warp_find_other(track_slots, batch, b, track_slot))
+    bad = RSSM_DEVERR_DUPLICATE_SLOT;  // a live slot's checkpoint, or another row's track
+  else if (slot < 0 || track_step < 0 || track_step >= n)
+    bad = RSSM_DEVERR_TRACK_STEP;  // (n < 0, a bad path, is flagged by the caller)
+  if (bad) {
+    if (report) report_device_error(error_word, bad);
+    return -1;
+  }
+  return track_slot;
 }
 
 // (The min-blocks hint of 1 keeps ptxas from a heuristic register cap that spilled 8 bytes in

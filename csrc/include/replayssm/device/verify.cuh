@@ -95,12 +95,13 @@ __device__ __forceinline__ bool verify_tree_ok(const rssm_verify_params &p, cons
   return ok;
 }
 
-// Phases 1-3 of a live request's window into shared memory (both implementations of V run this
-// code, so their window matrices are the same bits). Block 0 of the head writes the raw k, g and
-// beta ring records. Whole block (4 warps); ends with a barrier.
+// Phases 1-3 of a live request's window into shared memory (both implementations of V, and VF, run
+// this code, so their window matrices are the same bits). Block 0 of the head writes the raw k, g
+// and beta ring records at ring positions ring_base + i (VF: the half its window goes to). Whole
+// block (4 warps); ends with a barrier.
 template <int EPL, class Act, bool KDA>
 __device__ __forceinline__ void build_window(const rssm_verify_params &p, const VerifyRequest &r, const WindowSmem &w,
-                                             int hv, int64_t layer_slot) {
+                                             int hv, int64_t layer_slot, int ring_base = 0) {
   constexpr int K = kWarpSize * EPL;
   constexpr int GW = KDA ? K : 1;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
@@ -134,8 +135,8 @@ __device__ __forceinline__ void build_window(const rssm_verify_params &p, const 
     }
     if (lane == 0) w.beta[i] = b;
     // Raw ring record of position i (k once per key head, gate once per value head).
-    if (ring && i < p.window && blockIdx.x == 0) {
-      const int64_t gate_at = (layer_slot * p.HV + hv) * p.window + i;
+    if (ring && ring_base + i < p.window && blockIdx.x == 0) {
+      const int64_t gate_at = (layer_slot * p.HV + hv) * p.window + ring_base + i;
       if constexpr (KDA) {
         RSSM_UNROLL
         for (int j = 0; j < EPL; ++j) p.ring_g[gate_at * K + kc + j] = g[j];
@@ -144,7 +145,7 @@ __device__ __forceinline__ void build_window(const rssm_verify_params &p, const 
       }
       if (lane == 0) p.ring_beta[gate_at] = b;
       if (hv % group == 0) {
-        Act *rk = static_cast<Act *>(p.ring_k) + ((layer_slot * p.H + h) * p.window + i) * K + kc;
+        Act *rk = static_cast<Act *>(p.ring_k) + ((layer_slot * p.H + h) * p.window + ring_base + i) * K + kc;
         RSSM_UNROLL
         for (int j = 0; j < EPL; ++j) rk[j] = k_in[j];
       }
@@ -199,49 +200,29 @@ __device__ __forceinline__ void verify_zero_outputs(const rssm_verify_params &p,
   }
 }
 
-// RSSM_IMPL_DEFAULT: one block per (16-row tile, value head, request); every block builds the
-// window, then each warp reads its 4 checkpoint rows and solves with whole-warp reductions.
+// Phase 4 of DEFAULT (and of VF), per warp: the outputs of the window from this warp's state rows
+// `s` (rows row0..row0+3 of value head hv, this lane's EPL channels), by forward substitution,
+// and the raw v ring records at ring positions ring_base + i. Whole warp.
 template <int EPL, class Act, bool KDA>
-__global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_verify_params p) {
+__device__ __forceinline__ void verify_rows(const rssm_verify_params &p, const VerifyRequest &rq, const WindowSmem &w,
+                                            int hv, int64_t layer_slot, int ring_base, int row0,
+                                            const float (&s)[RowTiling::kRows][EPL]) {
   constexpr int K = kWarpSize * EPL;
   constexpr int ROWS = RowTiling::kRows;
   constexpr int TMAX = RSSM_MAX_VERIFY_WINDOW;
   constexpr int GW = KDA ? K : 1;
-  static_assert(TMAX <= 32, "ancestor sets are 32-bit masks");
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int hv = blockIdx.y, req = blockIdx.z;
-  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
+  const int lane = threadIdx.x % kWarpSize;
   const int kc = lane * EPL;
   const int T = p.max_seqlen;
-  const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
-
-  VerifyRequest rq;
-  if (!verify_request(p, req, reporter, rq)) return;
-  RSSM_DYNAMIC_SMEM(float, smem);
-  const WindowSmem w = window_smem(smem, T, K, KDA);
-  const bool tree_ok = rq.live && verify_tree_ok(p, rq, w, reporter);
-  if (!tree_ok) {  // null, untrusted slot or bad tree: zero outputs, no ring writes
-    const int begin = blockIdx.x * RowTiling::kRowsPerBlock;
-    const int end = begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V;
-    verify_zero_outputs<Act>(p, rq, hv, begin, end);
-    return;
-  }
-  const int64_t layer_slot = int64_t(p.layer) * p.num_slots + rq.slot;
-  build_window<EPL, Act, KDA>(p, rq, w, hv, layer_slot);
-
-  // Phase 4: per warp, its rows of the checkpoint (read only) and the forward substitution.
-  if (row0 >= p.V) return;
   const int bos = rq.bos, len = rq.len;
   const bool ring = p.ring_v != nullptr;
   Act *o = static_cast<Act *>(p.o);
   bool row_ok[ROWS];
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
-  const int64_t head = int64_t(p.V) * K;
-  float s[ROWS][EPL];
-  load_rows(p.state + (layer_slot * p.HV + hv) * head + int64_t(row0) * K + kc, K, row_ok, s);
   const Act *v = static_cast<const Act *>(p.v);
-  Act *ring_v = ring && len > 0 ? static_cast<Act *>(p.ring_v) + (layer_slot * p.HV + hv) * int64_t(p.window) * p.V + row0
+  Act *ring_v = ring && len > 0 ? static_cast<Act *>(p.ring_v) +
+                                      ((layer_slot * p.HV + hv) * int64_t(p.window) + ring_base) * p.V + row0
                                 : nullptr;
   float u[TMAX][ROWS];
   RSSM_UNROLL
@@ -284,10 +265,48 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
         if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(w.Sc[i * T + j], u[j][r], out);
       if (lane == r && row_ok[r]) {
         o[tok * p.o_stride + int64_t(hv) * p.V + row0 + r] = from_float<Act>(out);
-        if (ring_v && i < p.window) ring_v[int64_t(i) * p.V + r] = v_raw;
+        if (ring_v && ring_base + i < p.window) ring_v[int64_t(i) * p.V + r] = v_raw;
       }
     }
   }
+}
+
+// RSSM_IMPL_DEFAULT: one block per (16-row tile, value head, request); every block builds the
+// window, then each warp reads its 4 checkpoint rows and solves with whole-warp reductions.
+template <int EPL, class Act, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_verify_params p) {
+  constexpr int K = kWarpSize * EPL;
+  constexpr int ROWS = RowTiling::kRows;
+  static_assert(RSSM_MAX_VERIFY_WINDOW <= 32, "ancestor sets are 32-bit masks");
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int hv = blockIdx.y, req = blockIdx.z;
+  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
+  const int kc = lane * EPL;
+  const int T = p.max_seqlen;
+  const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
+
+  VerifyRequest rq;
+  if (!verify_request(p, req, reporter, rq)) return;
+  RSSM_DYNAMIC_SMEM(float, smem);
+  const WindowSmem w = window_smem(smem, T, K, KDA);
+  const bool tree_ok = rq.live && verify_tree_ok(p, rq, w, reporter);
+  if (!tree_ok) {  // null, untrusted slot or bad tree: zero outputs, no ring writes
+    const int begin = blockIdx.x * RowTiling::kRowsPerBlock;
+    const int end = begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V;
+    verify_zero_outputs<Act>(p, rq, hv, begin, end);
+    return;
+  }
+  const int64_t layer_slot = int64_t(p.layer) * p.num_slots + rq.slot;
+  build_window<EPL, Act, KDA>(p, rq, w, hv, layer_slot);
+
+  // Phase 4: per warp, its rows of the checkpoint (read only) and the forward substitution.
+  if (row0 >= p.V) return;
+  bool row_ok[ROWS];
+  RSSM_UNROLL
+  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
+  float s[ROWS][EPL];
+  load_rows(p.state + (layer_slot * p.HV + hv) * int64_t(p.V) * K + int64_t(row0) * K + kc, K, row_ok, s);
+  verify_rows<EPL, Act, KDA>(p, rq, w, hv, layer_slot, 0, row0, s);
 }
 
 }  // namespace rssm
