@@ -436,6 +436,82 @@ typedef struct replayssm_cursor_params {
   int32_t op;
 } replayssm_cursor_params;
 
+/*
+ Kernel VF (deferred fold: fold-then-verify of one layer) of `replayssm_verify_fold`: the
+ fields of `replayssm_verify_params` (the verify of the new window; the ring pointers are
+ required, `window` is 2 W: two halves), then the pending table `[num_slots, 2 + W]` and F's
+ track arrays (optional). `state` is written: the fold.
+ */
+typedef struct replayssm_verify_fold_params {
+  uint32_t struct_size;
+  uint32_t flags;
+  const void *q;
+  const void *k;
+  const void *v;
+  const void *a;
+  const void *b;
+  const float *A_log;
+  const float *dt_bias;
+  const float *g;
+  const float *beta;
+  const int32_t *cu_seqlens;
+  const int32_t *parent;
+  const int32_t *slots;
+  float *state;
+  void *o;
+  void *ring_v;
+  void *ring_k;
+  float *ring_g;
+  float *ring_beta;
+  uint32_t *error_word;
+  int64_t q_stride;
+  int64_t k_stride;
+  int64_t v_stride;
+  int64_t a_stride;
+  int64_t b_stride;
+  int64_t o_stride;
+  int32_t num_tokens;
+  int32_t batch;
+  int32_t max_seqlen;
+  int32_t num_slots;
+  int32_t num_layers;
+  int32_t layer;
+  int32_t window;
+  int32_t H;
+  int32_t HV;
+  int32_t K;
+  int32_t V;
+  float scale;
+  int32_t dtype;
+  int32_t variant;
+  int32_t qk_l2norm;
+  int32_t reserved;
+  const int32_t *pending;
+  const int32_t *track_slots;
+  const int32_t *track_steps;
+} replayssm_verify_fold_params;
+
+/*
+ The deferred fold's pending table of `replayssm_defer`: `op` is a `replayssm_defer_op`;
+ `window` is W (one half of the ring).
+ */
+typedef struct replayssm_defer_params {
+  uint32_t struct_size;
+  uint32_t flags;
+  int32_t *pending;
+  const int32_t *slots;
+  const int32_t *accept_lens;
+  const int32_t *accept_paths;
+  int32_t *paths;
+  uint32_t *error_word;
+  int32_t batch;
+  int32_t num_slots;
+  int32_t window;
+  int32_t path_width;
+  int32_t op;
+  int32_t reserved;
+} replayssm_defer_params;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -594,6 +670,31 @@ enum replayssm_status replayssm_decode_materialize(int32_t backend,
 enum replayssm_status replayssm_decode_cursors(int32_t backend,
                                                const struct replayssm_cursor_params *params,
                                                void *stream);
+
+/*
+ Kernel VF (deferred fold) of one layer: replays each live request's pending records (the
+ pending table) into its checkpoint, stores it (and F's track snapshot when set), then verifies
+ the new window from that state (as `replayssm_verify`; tree verify with `parent`) and writes
+ its raw records into the other half of the ring. After every layer, `replayssm_defer` COMMIT.
+
+ # Safety
+ As `replayssm_recurrent`, for a `replayssm_verify_fold_params`.
+ */
+enum replayssm_status replayssm_verify_fold(int32_t backend,
+                                            const struct replayssm_verify_fold_params *params,
+                                            void *stream);
+
+/*
+ The deferred fold's pending table: COMMIT after a step's last VF, GATHER (into `paths`) before
+ a flush through `replayssm_fold`'s path mode, RESET after it or when a slot is handed to a
+ new request (`op`, a `replayssm_defer_op`).
+
+ # Safety
+ As `replayssm_recurrent`, for a `replayssm_defer_params`.
+ */
+enum replayssm_status replayssm_defer(int32_t backend,
+                                      const struct replayssm_defer_params *params,
+                                      void *stream);
 
 #ifdef __cplusplus
 }  // extern "C"

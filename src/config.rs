@@ -551,10 +551,10 @@ impl ResolvedConfig {
             (Mode::Off, _) => "R recurrent decode (baseline; no ReplaySSM kernels)",
             (Mode::Buffered { .. }, _) => "D buffered decode",
             (Mode::Spec, DraftShape::Tree { .. }) if self.deferred_fold => {
-                "VF deferred fold + tree verify (strict-ancestor mask); FT path fold flushes"
+                "VF deferred fold with VT tree verify (strict-ancestor mask); FT path fold flushes"
             }
             (Mode::Spec, _) if self.deferred_fold => {
-                "VF deferred fold + chain verify (strictly-lower window mask); F flushes"
+                "VF deferred fold with V chain verify (strictly-lower window mask); F flushes"
             }
             (Mode::Spec, DraftShape::Tree { .. }) => {
                 "VT tree verify (strict-ancestor mask) + FT path fold (fold-every-commit)"

@@ -508,15 +508,19 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                             }
                             DraftShape::Chain { tokens } => {
                                 assert!(tokens.unwrap_or(0) <= MAX_DRAFT_TOKENS, "chain over the limit: {f:?}");
-                                assert!(cfg.kernels().starts_with("V "), "{f:?}");
+                                let first = if cfg.deferred_fold { "VF " } else { "V " };
+                                assert!(cfg.kernels().starts_with(first), "{f:?}");
                             }
                             DraftShape::None => {}
                         }
                         assert_ne!(cfg.pool_role, PoolRole::PdPrefill);
                         assert!(DecodeRing::attach(&pool).is_err());
                         assert!(spec_ring.is_ok(), "{f:?}");
+                        let deferred = replayssm::DeferredRing::for_pool(&pool, 4, DType::BF16, true);
+                        assert_eq!(deferred.is_ok(), cfg.deferred_fold, "{f:?}");
                     }
                     Mode::Off => {
+                        assert!(!cfg.deferred_fold, "{f:?}");
                         assert!(DecodeRing::attach(&pool).is_err());
                         assert!(spec_ring.is_err());
                     }
@@ -532,4 +536,60 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
         ok > 1000 && refused_n > 1000,
         "{ok} accepted, {refused_n} refused: the generator is lopsided"
     );
+}
+
+#[test]
+fn d1_d3_the_deferred_fold_needs_the_spec_ring_a_static_verify_and_no_ping_pong_donation() {
+    let deferred = EngineFlags {
+        linear_replayssm_spec_deferred_fold: true,
+        ..spec_flags()
+    };
+    let ok = accepted(&deferred);
+    assert!(ok.deferred_fold && ok.mode == Mode::Spec);
+    assert!(ok.kernels().starts_with("VF "), "{}", ok.kernels());
+    assert!(ok.to_string().contains("spec ring, deferred fold"), "{ok}");
+    refused(
+        &EngineFlags {
+            enable_linear_replayssm_spec: false,
+            ..deferred.clone()
+        },
+        "D1",
+        &[
+            "--linear-replayssm-spec-deferred-fold",
+            "--enable-linear-replayssm-spec",
+        ],
+    );
+    refused(
+        &EngineFlags {
+            ragged_verify_mode: VerifyLayout::Compact,
+            speculative_algorithm: Some(SpecAlgorithm::Dflash),
+            ..deferred.clone()
+        },
+        "D2",
+        &[
+            "--ragged-verify-mode='compact'",
+            "--linear-replayssm-spec-deferred-fold",
+        ],
+    );
+    refused(
+        &EngineFlags {
+            mamba_radix_cache_strategy: RadixCacheStrategy::ExtraBuffer,
+            ..deferred.clone()
+        },
+        "D3",
+        &["--mamba-radix-cache-strategy='extra_buffer'", "no_buffer"],
+    );
+    // Served on a disaggregated decode server: transferred-in slots start with nothing pending.
+    let pd = accepted(&EngineFlags {
+        disaggregation_mode: PoolRole::PdDecode,
+        ..deferred.clone()
+    });
+    assert!(pd.deferred_fold);
+    // The flag parses as SGLang spells it.
+    let f = replayssm::engine_args::parse_engine_args(&[
+        "--enable-linear-replayssm-spec",
+        "--linear-replayssm-spec-deferred-fold",
+    ])
+    .unwrap();
+    assert!(f.linear_replayssm_spec_deferred_fold);
 }

@@ -36,15 +36,16 @@ import math
 import numbers
 import operator
 
-from ._abi import ABI_VERSION, Backend, CursorOp, DevErr, DType, Status, Variant, load
+from ._abi import ABI_VERSION, Backend, CursorOp, DeferOp, DevErr, DType, Status, Variant, load
 from . import _abi
 
 __all__ = [
-    "ABI_VERSION", "Backend", "CursorOp", "DevErr", "DType", "Status", "Variant",
+    "ABI_VERSION", "Backend", "CursorOp", "DeferOp", "DevErr", "DType", "Status", "Variant",
     "ReplaySSMError", "InvalidArgument", "Unsupported", "CudaError", "EmulatorError", "StructSizeError",
     "BackendUnavailable", "ConfigRefused", "InternalError", "DeviceIndexError",
     "version", "backend_available", "validate_config", "check_error_word",
-    "recurrent", "verify", "fold", "replay", "decode", "decode_materialize", "decode_cursors",
+    "recurrent", "verify", "fold", "replay", "decode", "decode_materialize", "decode_cursors", "verify_fold",
+    "defer",
 ]
 
 
@@ -682,4 +683,68 @@ def decode_cursors(op, *, cursors, slots, cache_len, positions=None, force_flush
     tew = _error_word(c, error_word)
     p.cursors, p.slots, p.positions, p.force_flush, p.error_word = tc.ptr, tsl.ptr, _ptr(tpo), _ptr(tff), _ptr(tew)
     p.batch, p.num_slots, p.cache_len, p.op = B, tc.shape[0], cache_len, int(op)
+    c.launch(p, tew)
+
+
+@_entry
+def verify_fold(q, k, v, *, state, slots, cu_seqlens, layer, ring, pending, parent=None, track_slots=None,
+                track_steps=None, o=None, scale=None, qk_l2norm=True, max_seqlen=None, error_word=None, **gate):
+    """Kernel VF (deferred fold) of layer `layer`: replays each live slot's pending records
+    (`pending` [NS, 2 + W] int32) into its checkpoint (state [NL, NS, HV, V, K], written), then
+    verifies the new window from that state (VT with `parent`) and writes its raw records into the
+    other half of `ring` (ring positions 2 W). After every layer: defer(DeferOp.COMMIT, ...)."""
+    c = _Call("replayssm_verify_fold")
+    p = _abi.VerifyFoldParams(struct_size=ctypes.sizeof(_abi.VerifyFoldParams))
+    o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
+    ts = c.t("state", state, (None, None, HV, V, K), ("f32",), written=True)
+    NL, NS = ts.shape[:2]
+    layer = _layer(c, layer, NL)
+    tsl = c.t("slots", slots, (None,), ("i32",))
+    B = tsl.shape[0]
+    tcu = c.t("cu_seqlens", cu_seqlens, (B + 1,), ("i32",))
+    tpa = c.t("parent", parent, (T,), ("i32",), optional=True, empty_ok=True)
+    act = {DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16"}[DType(p.dtype)]
+    (p.ring_v, p.ring_k, p.ring_g, p.ring_beta), rh, W2, rkda, _ = _spec_ring(
+        c, ring, NL, NS, HV, V, K, act, written=True)
+    if rh != H or rkda != kda:
+        _bad("replayssm_verify_fold: the ring's H or gate shape does not match the inputs")
+    if W2 % 2 != 0:
+        _bad("replayssm_verify_fold: the ring holds two windows: its dim 3 (%d) must be 2 W" % W2)
+    tpe = c.t("pending", pending, (NS, 2 + W2 // 2), ("i32",))
+    tts = c.t("track_slots", track_slots, (B,), ("i32",), optional=True)
+    ttp = c.t("track_steps", track_steps, (B,), ("i32",), optional=True)
+    tew = _error_word(c, error_word)
+    p.window = W2
+    p.cu_seqlens, p.parent, p.slots, p.state, p.error_word = tcu.ptr, _ptr(tpa), tsl.ptr, ts.ptr, _ptr(tew)
+    p.pending, p.track_slots, p.track_steps = tpe.ptr, _ptr(tts), _ptr(ttp)
+    p.num_tokens, p.batch, p.num_slots, p.num_layers, p.layer = T, B, NS, NL, layer
+    p.max_seqlen = _max_seqlen(c, cu_seqlens, max_seqlen, W2 // 2, " (draft tokens per request, W)")
+    c.launch(p, tew)
+    return o
+
+
+@_entry
+def defer(op, *, pending, slots, accept_lens=None, accept_paths=None, paths=None, error_word=None):
+    """The deferred fold's pending table ([NS, 2 + W] int32): COMMIT after a step's last VF
+    (accept_lens or accept_paths), GATHER (paths [B, W] <- the slots' pending ring positions, for
+    fold(accept_paths=paths) on the 2 W ring: a flush), RESET (after a flush, or a new request)."""
+    c = _Call("replayssm_defer")
+    p = _abi.DeferParams(struct_size=ctypes.sizeof(_abi.DeferParams))
+    op = _enum(c.entry, "op", op, _abi.DeferOp)
+    tpe = c.t("pending", pending, (None, None), ("i32",), written=op != _abi.DeferOp.GATHER)
+    NS, E = tpe.shape
+    W = _int(c.entry, "W (pending's dim 1 minus 2)", E - 2, 1, _abi.MAX_VERIFY_WINDOW)
+    tsl = c.t("slots", slots, (None,), ("i32",))
+    B = tsl.shape[0]
+    commit = op == _abi.DeferOp.COMMIT
+    tl = c.t("accept_lens", accept_lens, (B,), ("i32",), optional=True)
+    tp = c.t("accept_paths", accept_paths, (B, None), ("i32",), optional=True)
+    tpa = c.t("paths", paths, (B, W), ("i32",), optional=op != _abi.DeferOp.GATHER, written=True)
+    if not commit and (tl is not None or tp is not None):
+        _bad("replayssm_defer: accept_lens / accept_paths are read by COMMIT only")
+    tew = _error_word(c, error_word)
+    p.pending, p.slots, p.accept_lens, p.accept_paths = tpe.ptr, tsl.ptr, _ptr(tl), _ptr(tp)
+    p.paths, p.error_word = _ptr(tpa), _ptr(tew)
+    p.batch, p.num_slots, p.window, p.op = B, NS, W, int(op)
+    p.path_width = tp.shape[1] if tp is not None else 0
     c.launch(p, tew)

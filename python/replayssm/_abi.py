@@ -53,6 +53,12 @@ class CursorOp(enum.IntEnum):
     RESET = 2
 
 
+class DeferOp(enum.IntEnum):
+    COMMIT = 0
+    GATHER = 1
+    RESET = 2
+
+
 class DevErr(enum.IntFlag):
     SLOT_OUT_OF_RANGE = 0x1
     BAD_SEQLENS = 0x2
@@ -176,6 +182,15 @@ class CursorParams(_Params):
                 + _ints("batch", "num_slots", "cache_len", "op"))
 
 
+class VerifyFoldParams(_Params):
+    _fields_ = (VerifyParams._fields_ + _ptrs("pending", "track_slots", "track_steps"))
+
+
+class DeferParams(_Params):
+    _fields_ = (_HEADER + _ptrs("pending", "slots", "accept_lens", "accept_paths", "paths", "error_word")
+                + _ints("batch", "num_slots", "window", "path_width", "op", "reserved"))
+
+
 STRUCTS = {
     "replayssm_recurrent_params": RecurrentParams,
     "replayssm_verify_params": VerifyParams,
@@ -183,6 +198,8 @@ STRUCTS = {
     "replayssm_replay_params": ReplayParams,
     "replayssm_decode_params": DecodeParams,
     "replayssm_cursor_params": CursorParams,
+    "replayssm_verify_fold_params": VerifyFoldParams,
+    "replayssm_defer_params": DeferParams,
 }
 
 ENTRIES = {
@@ -193,6 +210,8 @@ ENTRIES = {
     "replayssm_decode": DecodeParams,
     "replayssm_decode_materialize": DecodeParams,
     "replayssm_decode_cursors": CursorParams,
+    "replayssm_verify_fold": VerifyFoldParams,
+    "replayssm_defer": DeferParams,
 }
 
 

@@ -80,6 +80,49 @@ def test_verify_then_fold_gives_the_recurrent_state_bit_for_bit(rng, kda):
         assert (bits(pool[layer]) == bits(state_r)).all(), "fold is not bit-identical to kernel R"
 
 
+@pytest.mark.parametrize("kda", [False, True])
+def test_deferred_fold_matches_verify_then_fold_bit_for_bit(rng, kda):
+    """Three steps of VF + COMMIT, then a flush (GATHER, fold's path mode, RESET), against V + F on
+    the same windows: the same outputs and the same checkpoints, bit for bit."""
+    W, NL = 4, 2
+    steps = [Problem(rng, [4, 2, 3], kda=kda) for _ in range(3)]
+    slots, NS = steps[0].slots, len(steps[0].state)
+    pool_f = np.stack([steps[0].state] * NL)
+    pool_vf = pool_f.copy()
+
+    def ring_of(w):
+        return (np.full((NL, NS, steps[0].HV, w, steps[0].V), np.nan, np.float32),
+                np.full((NL, NS, steps[0].H, w, steps[0].K), np.nan, np.float32),
+                np.full((NL, NS, steps[0].HV, w, steps[0].K) if kda else (NL, NS, steps[0].HV, w), np.nan,
+                        np.float32),
+                np.full((NL, NS, steps[0].HV, w), np.nan, np.float32))
+    ring, ring2 = ring_of(W), ring_of(2 * W)
+    pending = np.zeros((NS, 2 + W), np.int32)
+    err = np.zeros(1, np.uint32)
+    for t, p in enumerate(steps):
+        for layer in range(NL):
+            kw = dict(g=p.g, beta=p.beta, slots=slots, cu_seqlens=p.cu_seqlens, layer=layer)
+            o_v = rs.verify(p.q, p.k, p.v, state=pool_f, ring=ring, **kw)
+            o_vf = rs.verify_fold(p.q, p.k, p.v, state=pool_vf, ring=ring2, pending=pending, error_word=err, **kw)
+            assert (bits(o_vf) == bits(o_v)).all(), "step %d layer %d: VF outputs != V's" % (t, layer)
+        # Before F: VF has folded the previous step.
+        assert (bits(pool_vf) == bits(pool_f)).all(), "step %d: VF checkpoints != V + F's" % t
+        accept = np.array([[4, 1, 3], [0, 2, 2], [3, 2, 1]][t], np.int32)
+        rs.fold(state=pool_f, ring=ring, slots=slots, accept_lens=accept, error_word=err)
+        rs.defer(rs.DeferOp.COMMIT, pending=pending, slots=slots, accept_lens=accept, error_word=err)
+        assert pending[slots, 0].tolist() == accept.tolist()
+    paths = np.zeros((len(slots), W), np.int32)
+    rs.defer(rs.DeferOp.GATHER, pending=pending, slots=slots, paths=paths, error_word=err)
+    rs.fold(state=pool_vf, ring=ring2, slots=slots, accept_paths=paths, error_word=err)
+    rs.defer(rs.DeferOp.RESET, pending=pending, slots=slots, error_word=err)
+    assert err[0] == 0 and (pending[:, 0] == 0).all()
+    assert (bits(pool_vf) == bits(pool_f)).all(), "flushed VF checkpoints != V + F's"
+    with pytest.raises(rs.InvalidArgument, match="pending"):
+        rs.verify_fold(steps[0].q, steps[0].k, steps[0].v, g=steps[0].g, beta=steps[0].beta, slots=slots,
+                       cu_seqlens=steps[0].cu_seqlens, layer=0, state=pool_vf, ring=ring2,
+                       pending=np.zeros((NS, 3), np.int32))
+
+
 def test_buffered_decode_with_cursors_gives_the_recurrent_bits(rng):
     steps, L, B = 6, 4, 3
     p = Problem(rng, [steps] * B, null=(2,))

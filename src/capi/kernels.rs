@@ -266,3 +266,53 @@ pub unsafe extern "C" fn replayssm_decode_cursors(
         )
     })
 }
+
+/// Kernel VF (deferred fold) of one layer: replays each live request's pending records (the
+/// pending table) into its checkpoint, stores it (and F's track snapshot when set), then verifies
+/// the new window from that state (as `replayssm_verify`; tree verify with `parent`) and writes
+/// its raw records into the other half of the ring. After every layer, `replayssm_defer` COMMIT.
+///
+/// # Safety
+/// As `replayssm_recurrent`, for a `replayssm_verify_fold_params`.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_verify_fold(
+    backend: i32,
+    params: *const replayssm_verify_fold_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    guard("replayssm_verify_fold", || {
+        let p = read_params(params, "replayssm_verify_fold_params")?;
+        let backend = backend_of(backend)?;
+        header(p.flags, p.reserved)?;
+        crate::checks::params::verify_fold(&p.kernel(), backend)?;
+        launch!(
+            "verify_fold",
+            backend,
+            rssm_verify_fold,
+            rssm_emu_verify_fold,
+            p.kernel(),
+            stream
+        )
+    })
+}
+
+/// The deferred fold's pending table: COMMIT after a step's last VF, GATHER (into `paths`) before
+/// a flush through `replayssm_fold`'s path mode, RESET after it or when a slot is handed to a
+/// new request (`op`, a `replayssm_defer_op`).
+///
+/// # Safety
+/// As `replayssm_recurrent`, for a `replayssm_defer_params`.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_defer(
+    backend: i32,
+    params: *const replayssm_defer_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    guard("replayssm_defer", || {
+        let p = read_params(params, "replayssm_defer_params")?;
+        let backend = backend_of(backend)?;
+        header(p.flags, p.reserved)?;
+        crate::checks::params::defer(&p.kernel(), backend)?;
+        launch!("defer", backend, rssm_defer, rssm_emu_defer, p.kernel(), stream)
+    })
+}

@@ -416,6 +416,8 @@ pub unsafe extern "C" fn replayssm_struct_size(name: *const c_char) -> usize {
         b"replayssm_replay_params" => size_of::<replayssm_replay_params>(),
         b"replayssm_decode_params" => size_of::<replayssm_decode_params>(),
         b"replayssm_cursor_params" => size_of::<replayssm_cursor_params>(),
+        b"replayssm_verify_fold_params" => size_of::<replayssm_verify_fold_params>(),
+        b"replayssm_defer_params" => size_of::<replayssm_defer_params>(),
         _ => 0,
     }
 }

@@ -245,6 +245,160 @@ pub enum replayssm_cursor_op {
     REPLAYSSM_CURSOR_RESET = 2,
 }
 
+/// Kernel VF (deferred fold: fold-then-verify of one layer) of `replayssm_verify_fold`: the
+/// fields of `replayssm_verify_params` (the verify of the new window; the ring pointers are
+/// required, `window` is 2 W: two halves), then the pending table `[num_slots, 2 + W]` and F's
+/// track arrays (optional). `state` is written: the fold.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_verify_fold_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub q: *const c_void,
+    pub k: *const c_void,
+    pub v: *const c_void,
+    pub a: *const c_void,
+    pub b: *const c_void,
+    pub A_log: *const f32,
+    pub dt_bias: *const f32,
+    pub g: *const f32,
+    pub beta: *const f32,
+    pub cu_seqlens: *const i32,
+    pub parent: *const i32,
+    pub slots: *const i32,
+    pub state: *mut f32,
+    pub o: *mut c_void,
+    pub ring_v: *mut c_void,
+    pub ring_k: *mut c_void,
+    pub ring_g: *mut f32,
+    pub ring_beta: *mut f32,
+    pub error_word: *mut u32,
+    pub q_stride: i64,
+    pub k_stride: i64,
+    pub v_stride: i64,
+    pub a_stride: i64,
+    pub b_stride: i64,
+    pub o_stride: i64,
+    pub num_tokens: i32,
+    pub batch: i32,
+    pub max_seqlen: i32,
+    pub num_slots: i32,
+    pub num_layers: i32,
+    pub layer: i32,
+    pub window: i32,
+    pub H: i32,
+    pub HV: i32,
+    pub K: i32,
+    pub V: i32,
+    pub scale: f32,
+    pub dtype: i32,
+    pub variant: i32,
+    pub qk_l2norm: i32,
+    pub reserved: i32,
+    pub pending: *const i32,
+    pub track_slots: *const i32,
+    pub track_steps: *const i32,
+}
+
+impl replayssm_verify_fold_params {
+    /// The kernel layer's struct of these params (the verify's fields nested, as VF takes them).
+    pub fn kernel(&self) -> ffi::rssm_verify_fold_params {
+        let verify = replayssm_verify_params {
+            struct_size: 0,
+            flags: self.flags,
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            a: self.a,
+            b: self.b,
+            A_log: self.A_log,
+            dt_bias: self.dt_bias,
+            g: self.g,
+            beta: self.beta,
+            cu_seqlens: self.cu_seqlens,
+            parent: self.parent,
+            slots: self.slots,
+            state: self.state,
+            o: self.o,
+            ring_v: self.ring_v,
+            ring_k: self.ring_k,
+            ring_g: self.ring_g,
+            ring_beta: self.ring_beta,
+            error_word: self.error_word,
+            q_stride: self.q_stride,
+            k_stride: self.k_stride,
+            v_stride: self.v_stride,
+            a_stride: self.a_stride,
+            b_stride: self.b_stride,
+            o_stride: self.o_stride,
+            num_tokens: self.num_tokens,
+            batch: self.batch,
+            max_seqlen: self.max_seqlen,
+            num_slots: self.num_slots,
+            num_layers: self.num_layers,
+            layer: self.layer,
+            window: self.window,
+            H: self.H,
+            HV: self.HV,
+            K: self.K,
+            V: self.V,
+            scale: self.scale,
+            dtype: self.dtype,
+            variant: self.variant,
+            qk_l2norm: self.qk_l2norm,
+            reserved: self.reserved,
+        };
+        ffi::rssm_verify_fold_params {
+            verify: verify.kernel(),
+            pending: self.pending,
+            track_slots: self.track_slots,
+            track_steps: self.track_steps,
+        }
+    }
+}
+
+impl Default for replayssm_verify_fold_params {
+    fn default() -> Self {
+        // SAFETY: every field is an integer, a float or a raw pointer: all-zero is valid.
+        let mut p: replayssm_verify_fold_params = unsafe { std::mem::zeroed() };
+        p.struct_size = std::mem::size_of::<replayssm_verify_fold_params>() as u32;
+        p
+    }
+}
+
+/// The deferred fold's pending table of `replayssm_defer`: `op` is a `replayssm_defer_op`;
+/// `window` is W (one half of the ring).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_defer_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub pending: *mut i32,
+    pub slots: *const i32,
+    pub accept_lens: *const i32,
+    pub accept_paths: *const i32,
+    pub paths: *mut i32,
+    pub error_word: *mut u32,
+    pub batch: i32,
+    pub num_slots: i32,
+    pub window: i32,
+    pub path_width: i32,
+    pub op: i32,
+    pub reserved: i32,
+}
+
+/// What `replayssm_defer` does to each row (see the kernel layer's `rssm_defer_op`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum replayssm_defer_op {
+    /// After every layer's VF of a step: the accepted records of the window VF wrote are pending.
+    REPLAYSSM_DEFER_COMMIT = 0,
+    /// `paths[b]` = the slot's pending ring positions, for `replayssm_fold`'s path mode (a flush).
+    REPLAYSSM_DEFER_GATHER = 1,
+    /// The slot has nothing pending (after a flush, or handed to a new request).
+    REPLAYSSM_DEFER_RESET = 2,
+}
+
 /// Copies the fields both structs share (same names) into the kernel struct.
 /// and gives each ABI struct a `Default`: every field zero / NULL, `struct_size` set.
 macro_rules! mirror {
@@ -302,6 +456,11 @@ mirror!(replayssm_cursor_params => rssm_cursor_params {
     cursors, slots, positions, force_flush, error_word, batch, num_slots, cache_len, op,
 });
 
+mirror!(replayssm_defer_params => rssm_defer_params {
+    pending, slots, accept_lens, accept_paths, paths, error_word, batch, num_slots, window,
+    path_width, op,
+} reserved: reserved);
+
 // The ABI structs are the kernel structs behind the 8-byte header, without the kernel layer's
 // implementation fields (`impl`, `block_rows`: the library picks them per call, src/tuning.rs),
 // pinned here; the header generated from these definitions is checked in CI.
@@ -314,4 +473,6 @@ const _: () = {
     assert!(size_of::<replayssm_replay_params>() == 8 + size_of::<ffi::rssm_replay_params>() - IMPL_FIELDS);
     assert!(size_of::<replayssm_decode_params>() == 8 + size_of::<ffi::rssm_decode_params>() - IMPL_FIELDS);
     assert!(size_of::<replayssm_cursor_params>() == 8 + size_of::<ffi::rssm_cursor_params>());
+    assert!(size_of::<replayssm_verify_fold_params>() == 8 + size_of::<ffi::rssm_verify_fold_params>() - IMPL_FIELDS);
+    assert!(size_of::<replayssm_defer_params>() == 8 + size_of::<ffi::rssm_defer_params>());
 };
