@@ -246,7 +246,7 @@ mod tests {
     }
 
     /// The numbers: Qwen3.5-122B, B = 128, T = 4, bf16: the recurrent step moves about
-    /// 136 GB, V + F about 59.5 GB (2.29x fewer), VF about 39.6 GB (3.4x fewer).
+    /// 136 GB, V + F about 59.5 GB (2.29x fewer), VF about 40.2 GB (3.4x fewer).
     #[test]
     fn the_deferred_fold_step_moves_about_a_third_of_the_recurrent_step() {
         let f = kernel_floors(&MODEL_SHAPES[1], DType::BF16, 128, 4);
@@ -254,7 +254,8 @@ mod tests {
         let gb = |k: &str| get(k).bytes / 1e9;
         assert!((gb("step-R") - 136.3).abs() < 0.5, "{}", gb("step-R"));
         assert!((gb("step-V+F") - 59.5).abs() < 0.5, "{}", gb("step-V+F"));
-        assert!((gb("step-VF") - 39.6).abs() < 0.5, "{}", gb("step-VF"));
+        // (40.2 here: this floor also counts reading the pending records, T·E per request.)
+        assert!((gb("step-VF") - 40.2).abs() < 0.5, "{}", gb("step-VF"));
         let vf = step_ratio(&f, get("step-VF")).unwrap();
         assert!((3.3..3.5).contains(&vf), "{vf}");
         let vpf = step_ratio(&f, get("step-V+F")).unwrap();
