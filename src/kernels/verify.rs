@@ -137,8 +137,9 @@ pub(crate) fn verify_kernel<M: Memory>(
     o: &mut M::ViewMut<'_>,
     ring: Option<&mut SpecRing<M>>,
 ) -> Result<()> {
-    let state = exec.store("pool", pool.storage())?;
-    let mut params = verify_params(exec, inp, parent.as_ref(), state, pool, layer, plan, o, ring)?;
+    // The token pointers are checked (and named in errors) before the pool's.
+    let mut params = verify_params(exec, inp, parent.as_ref(), std::ptr::null(), pool, layer, plan, o, ring)?;
+    params.state = exec.store("pool", pool.storage())?;
     crate::tuning::apply_verify(&mut params);
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::verify(&params, exec.backend)?;
