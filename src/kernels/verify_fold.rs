@@ -329,19 +329,20 @@ pub(crate) fn verify_fold_kernel<M: Memory>(
     dring: &mut DeferredRing<M>,
     track: Option<Track<'_, M>>,
 ) -> Result<()> {
-    let state = exec.store_mut("pool", pool.storage_mut())?;
-    let pending = exec.store("pending table", &dring.pending)?;
-    let verify = verify_params(
+    // The token pointers are checked (and named in errors) before the pool's, as in V.
+    let mut verify = verify_params(
         exec,
         inp,
         parent.as_ref(),
-        state,
+        std::ptr::null(),
         pool,
         layer,
         plan,
         o,
         Some(&mut dring.ring),
     )?;
+    verify.state = exec.store_mut("pool", pool.storage_mut())?;
+    let pending = exec.store("pending table", &dring.pending)?;
     let (track_slots, track_steps) = match &track {
         Some(t) => (
             exec.slice("track_slots", &t.slots)?,
