@@ -27,8 +27,10 @@ __device__ __forceinline__ uint32_t pending_entry_error(const int32_t *entry, in
   return 0;
 }
 
+// One resident block is enough (the state rows fill the registers, as in F): without the hint ptxas
+// caps some instantiations at 128 registers and spills.
 template <int EPL, class Act, bool KDA>
-__global__ void __launch_bounds__(RowTiling::kThreads) verify_fold_kernel(const rssm_verify_fold_params vf) {
+__global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(const rssm_verify_fold_params vf) {
   const rssm_verify_params &p = vf.verify;
   constexpr int K = kWarpSize * EPL;
   constexpr int ROWS = RowTiling::kRows;
