@@ -24,8 +24,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use config::replayssm_validate_config;
 pub use kernels::{
-    replayssm_decode, replayssm_decode_cursors, replayssm_decode_materialize, replayssm_fold, replayssm_recurrent,
-    replayssm_replay, replayssm_verify,
+    replayssm_decode, replayssm_decode_cursors, replayssm_decode_materialize, replayssm_defer, replayssm_fold,
+    replayssm_recurrent, replayssm_replay, replayssm_verify, replayssm_verify_fold,
 };
 pub use params::*;
 

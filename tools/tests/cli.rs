@@ -270,6 +270,23 @@ fn demo_runs_on_the_best_backend_and_reports_bit_identical_commits() {
         s.contains("speculative scratch") && s.contains("modelled bytes per step"),
         "{s}"
     );
+    // The deferred fold (VF): one line per check, each passing.
+    let deferred: Vec<&str> = s.lines().filter(|l| l.contains("deferred (VF)")).collect();
+    assert_eq!(deferred.len(), 3, "{s}");
+    assert!(deferred.iter().all(|l| l.ends_with(": PASS")), "{s}");
+    assert!(s.contains("deferred (VF) outputs vs ReplaySSM verify"), "{s}");
+    assert!(
+        s.contains("deferred (VF) committed checkpoints vs ReplaySSM V+F, at every step and after the final flush: BIT-IDENTICAL: PASS"),
+        "{s}"
+    );
+    assert!(
+        s.contains("deferred (VF) committed checkpoints vs the baseline, at every step and after the final flush: BIT-IDENTICAL: PASS"),
+        "{s}"
+    );
+    assert!(
+        s.contains("deferred VF (fold of the previous step's records + verify)"),
+        "{s}"
+    );
     assert!(s.contains(&format!("result: backend={expected_backend} PASS")), "{s}");
 }
 
@@ -345,8 +362,8 @@ fn bench_on_the_emulator_runs_every_case_untimed_and_writes_json_and_plot() {
     assert!(stderr.contains("timing skipped"), "the skip must say why: {stderr}");
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let cases = j["cases"].as_array().unwrap();
-    // Per batch: R-decode and copy once, six windowed kernels at each of two windows.
-    assert_eq!(cases.len(), 2 * (2 + 6 * 2));
+    // Per batch: R-decode and copy once, seven windowed kernels at each of two windows.
+    assert_eq!(cases.len(), 2 * (2 + 7 * 2));
     for c in cases {
         assert_eq!(c["status"], "ran", "{c}");
         assert!(c["median_us"].is_null() && c["percent_of_floor"].is_null(), "{c}");

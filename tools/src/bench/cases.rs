@@ -20,6 +20,9 @@ pub enum Kernel {
     RWindow,
     /// Kernel V, chunked verify of T tokens with the ring write.
     V,
+    /// Kernel VF, the deferred fold: the previous step's T accepted records replayed into the
+    /// checkpoint, stored, then the verify of T new tokens with the ring write; one layer.
+    VF,
     /// Kernel F, fold-every-commit of T accepted tokens over all layers.
     F,
     /// Kernel P, checkpoint replay of T records, one layer.
@@ -34,10 +37,11 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 8] = [
+    pub const ALL: [Kernel; 9] = [
         Kernel::RDecode,
         Kernel::RWindow,
         Kernel::V,
+        Kernel::VF,
         Kernel::F,
         Kernel::P,
         Kernel::DNonflush,
@@ -51,6 +55,7 @@ impl Kernel {
             Kernel::RDecode => "R-decode",
             Kernel::RWindow => "R-window",
             Kernel::V => "V",
+            Kernel::VF => "VF",
             Kernel::F => "F",
             Kernel::P => "P",
             Kernel::DNonflush => "D-nonflush",
@@ -103,6 +108,7 @@ pub(crate) fn plan(case: &Case, backend: Backend) -> (Plan, Buf, LaunchBuilder) 
         Kernel::RDecode => recurrent(&mut p, case, backend, ew, false),
         Kernel::RWindow => recurrent(&mut p, case, backend, ew, true),
         Kernel::V => verify(&mut p, case, backend, ew),
+        Kernel::VF => verify_fold(&mut p, case, backend, ew),
         Kernel::F => fold(&mut p, case, backend, ew),
         Kernel::P => replay(&mut p, case, backend, ew),
         Kernel::DNonflush => decode(&mut p, case, backend, ew, false),
@@ -272,6 +278,30 @@ fn recurrent(p: &mut Plan, c: &Case, backend: Backend, ew: Buf, window: bool) ->
     })
 }
 
+/// Sets the fields V and VF share (their params have the same names): one layer, B slots, every
+/// row a full window of T tokens; the caller sets `window` (and VF's pending table).
+macro_rules! set_verify {
+    ($prm:expr, $m:expr, $set:expr, $c:expr, $tok:expr, $st:expr, $ring:expr, $cu:expr, $slots:expr, $ew:expr) => {{
+        let (prm, m, set, c) = ($prm, $m, $set, $c);
+        let (b, t) = (c.batch, c.t);
+        set_tokens!(&mut *prm, m, $tok, set, c);
+        prm.cu_seqlens = m.ptr($cu, 0);
+        prm.slots = m.ptr($slots, 0);
+        prm.state = m.ptr($st, set);
+        prm.ring_v = m.void($ring.v, set);
+        prm.ring_k = m.void($ring.k, set);
+        prm.ring_g = m.ptr($ring.g, set);
+        prm.ring_beta = m.ptr($ring.beta, set);
+        prm.error_word = m.ptr($ew, 0);
+        prm.num_tokens = (b * t) as i32;
+        prm.batch = b as i32;
+        prm.max_seqlen = t as i32;
+        prm.num_slots = b as i32;
+        prm.num_layers = 1;
+        prm.layer = 0;
+    }};
+}
+
 fn verify(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
     let (b, t) = (c.batch, c.t);
     let tok = tokens(p, c, b * t);
@@ -283,24 +313,35 @@ fn verify(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
     let be = backend_code(backend);
     Box::new(move |m, set, stream| {
         let mut prm = capi::replayssm_verify_params::default();
-        set_tokens!(&mut prm, m, tok, set, &c);
-        prm.cu_seqlens = m.ptr(cu, 0);
-        prm.slots = m.ptr(slots, 0);
-        prm.state = m.ptr(st, set);
-        prm.ring_v = m.void(ring.v, set);
-        prm.ring_k = m.void(ring.k, set);
-        prm.ring_g = m.ptr(ring.g, set);
-        prm.ring_beta = m.ptr(ring.beta, set);
-        prm.error_word = m.ptr(ew, 0);
-        prm.num_tokens = (b * t) as i32;
-        prm.batch = b as i32;
-        prm.max_seqlen = t as i32;
-        prm.num_slots = b as i32;
-        prm.num_layers = 1;
-        prm.layer = 0;
+        set_verify!(&mut prm, m, set, &c, tok, st, ring, cu, slots, ew);
         prm.window = t as i32;
         // SAFETY: as in `recurrent`.
         status("verify", unsafe { capi::replayssm_verify(be, &prm, stream) })
+    })
+}
+
+/// VF at its floor's case: every row live with T pending records (all drafts accepted) in half 0
+/// of a ring of 2T positions, the new window written to half 1. VF only reads the pending table
+/// and half 0, so every timed launch does the same work.
+fn verify_fold(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
+    let (b, t) = (c.batch, c.t);
+    let tok = tokens(p, c, b * t);
+    let st = state(p, c, 1, b);
+    let ring = spec_ring(p, c, 1, b, 2 * t);
+    let cu = p.ints("cu_seqlens", (0..=b).map(|r| (r * t) as i32).collect());
+    let slots = p.ints("slots", seq(b));
+    // Per slot: n = T, half 0, positions 0..T-1 (replayssm.h's pending entry).
+    let entry: Vec<i32> = [t as i32, 0].into_iter().chain(0..t as i32).collect();
+    let pending = p.ints("pending", entry.repeat(b));
+    let c = *c;
+    let be = backend_code(backend);
+    Box::new(move |m, set, stream| {
+        let mut prm = capi::replayssm_verify_fold_params::default();
+        set_verify!(&mut prm, m, set, &c, tok, st, ring, cu, slots, ew);
+        prm.pending = m.ptr(pending, 0);
+        prm.window = (2 * t) as i32;
+        // SAFETY: as in `recurrent`.
+        status("verify_fold", unsafe { capi::replayssm_verify_fold(be, &prm, stream) })
     })
 }
 

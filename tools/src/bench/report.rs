@@ -61,7 +61,7 @@ impl std::fmt::Display for Target {
 /// One line of the results: a measured case or a derived one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
-    /// A kernel name, `D-cycle` or `V+F step`.
+    /// A kernel name, `D-cycle`, `V+F step` or `VF step`.
     pub kernel: String,
     pub shape: &'static str,
     pub batch: usize,
@@ -115,6 +115,14 @@ impl Report {
                     Some("copy (recurrent commit of the accepted snapshots, all layers)"),
                     self.median(Kernel::Copy, s, b, t),
                 ),
+                // VF does one layer's verify and commit: against the recurrent verify plus one
+                // layer's share of the commit copy.
+                Kernel::VF => (
+                    Some("R-window + copy / layers (recurrent verify and its commit, per layer)"),
+                    self.median(Kernel::RWindow, s, b, t)
+                        .zip(self.median(Kernel::Copy, s, b, t))
+                        .map(|(rw, cp)| rw + cp / c.shape.layers as f64),
+                ),
                 _ => (None, None),
             };
             let mut row = Row {
@@ -155,8 +163,9 @@ impl Report {
         rows
     }
 
-    /// D per cycle of L steps, `((L-1)·t_nonflush + t_flush)/L`, against R-decode; and one spec
-    /// step over all layers, `layers·t_V + t_F`, against `layers·t_R-window + t_copy`.
+    /// D per cycle of L steps, `((L-1)·t_nonflush + t_flush)/L`, against R-decode; one spec step
+    /// over all layers, `layers·t_V + t_F`, and the deferred step `layers·t_VF`, each against
+    /// `layers·t_R-window + t_copy`.
     fn derived(&self) -> Vec<Row> {
         let mut out = vec![];
         let mut seen = vec![];
@@ -201,21 +210,21 @@ impl Report {
                     m(Kernel::RDecode),
                 ));
             }
+            let nl = c.shape.layers as f64;
+            let step_base = match (m(Kernel::RWindow), m(Kernel::Copy)) {
+                (Some(rw), Some(cp)) => Some(nl * rw + cp),
+                _ => None,
+            };
+            const STEP_BASELINE: &str = "layers x R-window + copy (recurrent verify with T snapshots, then the commit)";
             if let (Some(v), Some(f)) = (m(Kernel::V), m(Kernel::F)) {
-                let nl = c.shape.layers as f64;
                 let us = nl * v + f;
                 let bytes = nl * floor_of(&c.shape, c.dtype, b, t, "V") + floor_of(&c.shape, c.dtype, b, t, "F");
-                let base_us = match (m(Kernel::RWindow), m(Kernel::Copy)) {
-                    (Some(rw), Some(cp)) => Some(nl * rw + cp),
-                    _ => None,
-                };
-                out.push(base(
-                    "V+F step",
-                    bytes,
-                    us,
-                    "layers x R-window + copy (recurrent verify with T snapshots, then the commit)",
-                    base_us,
-                ));
+                out.push(base("V+F step", bytes, us, STEP_BASELINE, step_base));
+            }
+            // The deferred step: its fold is the previous step's, so a step is VF on every layer.
+            if let Some(vf) = m(Kernel::VF) {
+                let bytes = floor_of(&c.shape, c.dtype, b, t, "step-VF");
+                out.push(base("VF step", bytes, nl * vf, STEP_BASELINE, step_base));
             }
         }
         out
@@ -247,13 +256,22 @@ impl Report {
                 ),
             ),
             Target::new(
+                "VF step >= 2.0x the recurrent verify + copy, Qwen3.5-122B, B = 128, T = 4",
+                2.0,
+                worst(
+                    "VF step",
+                    &|r: &Row| r.shape == "Qwen3.5-122B" && r.batch == 128 && r.t == 4,
+                    &ratio,
+                ),
+            ),
+            Target::new(
                 "D non-flush >= 70 % of its floor at B >= 64",
                 70.0,
                 worst("D-nonflush", &big, &pct),
             ),
         ];
         // At B = 1 no kernel may be slower than 1.5x its baseline: ratio >= 1/1.5 for each.
-        for k in ["V", "F", "D-cycle", "V+F step"] {
+        for k in ["V", "F", "D-cycle", "V+F step", "VF step"] {
             out.push(Target::new(
                 &format!("{k} at B = 1 no slower than 1.5x its baseline (ratio >= 0.667)"),
                 1.0 / 1.5,
@@ -378,6 +396,7 @@ mod tests {
                 timed(Kernel::F, 4, 50.0),
                 timed(Kernel::DNonflush, 4, 4.0),
                 timed(Kernel::DFlush, 4, 12.0),
+                timed(Kernel::VF, 4, 9.0),
             ],
         };
         let rows = rep.rows();
@@ -396,6 +415,16 @@ mod tests {
         let step = get("V+F step");
         assert_eq!(step.median_us, Some(74.0));
         assert_eq!(step.ratio_vs_baseline, Some(150.0 / 74.0));
+        // VF against R-window plus a layer's share of the copy: (40 + 30 / 3) / 9; its step is
+        // 3 * 9 against the same 150, with the step-VF floor.
+        assert_eq!(get("VF").ratio_vs_baseline, Some(50.0 / 9.0));
+        let vf_step = get("VF step");
+        assert_eq!(vf_step.median_us, Some(27.0));
+        assert_eq!(vf_step.ratio_vs_baseline, Some(150.0 / 27.0));
+        assert_eq!(
+            vf_step.floor_bytes,
+            3.0 * crate::bench::floor_of(&TINY_SHAPE, DType::BF16, 8, 4, "VF")
+        );
         let j = rep.to_json("cmd", "abc", "2026-12-03", None);
         assert_eq!(j["cases"].as_array().unwrap().len(), rows.len());
         assert_eq!(j["cases"][3]["kernel"], "V");
