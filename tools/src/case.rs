@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
-use crate::staged::{fold, fold_tree, recurrent, verify, verify_tree};
+use crate::staged::{fold, fold_tree, recurrent, verify, verify_fold, verify_tree};
 use crate::workload::{GateData, RecurrentData};
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
@@ -20,6 +20,7 @@ use replayssm::recurrent::RecurrentOutputs;
 use replayssm::ring::SpecRing;
 use replayssm::spec::MAX_VERIFY_WINDOW;
 use replayssm::tree::{AcceptedPaths, DraftTree};
+use replayssm::DeferredRing;
 
 pub const FORMAT: &str = "replayssm-case/1";
 
@@ -34,6 +35,10 @@ pub const MAX_HEADER_BYTES: u64 = 16 << 20;
 /// Largest buffered-decode ring a `decode` case may need (records of every slot, f32): the ring
 /// is sized by requests x records, which a small file can make huge.
 pub const MAX_DECODE_RING_BYTES: u64 = 1 << 30;
+
+/// Most steps a `verify_fold_steps` case may hold (the leading extent of its token tensors):
+/// a test vector needs a few; the bound keeps a file from asking for unbounded per-step work.
+pub const MAX_CASE_STEPS: usize = 64;
 
 /// `s` with control and bidirectional-format characters escaped (`\u{202e}`, `\u{1b}`), so a
 /// string from a case file cannot drive the terminal or reorder what is printed around it.
@@ -58,6 +63,11 @@ pub fn escape_untrusted(s: &str) -> Cow<'_, str> {
 
 /// Operations a case can describe (SPEC §7); this build runs them all. `make-case --op` takes
 /// their names (clap's `ValueEnum`).
+///
+/// `verify_fold_steps` is the deferred fold over S steps: step s runs kernel VF on its window
+/// (folding step s-1's accepted records, then verifying), then commits `accept[s]`; after the
+/// last step every request is flushed. `o [S, N, HV, V]` holds each step's outputs and
+/// `state_out` the flushed checkpoint, both from the f64 reference of V then F per step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[value(rename_all = "snake_case")]
 pub enum Op {
@@ -67,6 +77,7 @@ pub enum Op {
     Decode,
     VerifyTree,
     FoldTree,
+    VerifyFoldSteps,
 }
 
 impl Op {
@@ -78,6 +89,7 @@ impl Op {
             "decode" => Op::Decode,
             "verify_tree" => Op::VerifyTree,
             "fold_tree" => Op::FoldTree,
+            "verify_fold_steps" => Op::VerifyFoldSteps,
             _ => return None,
         })
     }
@@ -89,6 +101,7 @@ impl Op {
             Op::Decode => "decode",
             Op::VerifyTree => "verify_tree",
             Op::FoldTree => "fold_tree",
+            Op::VerifyFoldSteps => "verify_fold_steps",
         }
     }
 }
@@ -258,7 +271,8 @@ pub fn read_case_file(path: &Path) -> Result<Vec<u8>, CaseError> {
 }
 
 /// A loaded case: the inputs as a workload (the pool holds one slot per request, request r in
-/// slot r) and the expected tensors.
+/// slot r) and the expected tensors. For `verify_fold_steps`, `data` is step 0's window (with
+/// `state_in`) and [`Case::steps`] the rest.
 #[derive(Clone, Debug)]
 pub struct Case {
     pub path: PathBuf,
@@ -276,6 +290,25 @@ pub struct Case {
     pub accept_path: Option<AcceptedPaths>,
     /// `decode` only: the ring's cache length L (metadata `cache_len`).
     pub cache_len: Option<usize>,
+    /// `verify_fold_steps` only: steps 1.. and every step's accept lengths.
+    pub steps: Option<Steps>,
+}
+
+/// The steps of a `verify_fold_steps` case after the first (which is [`Case::data`]).
+#[derive(Clone, Debug)]
+pub struct Steps {
+    /// Windows of steps 1..S: the same requests (`cu_seqlens`, slots), dims, dtype, gate kind and
+    /// gate parameters as step 0; their `state` is empty (the run carries the checkpoint).
+    pub rest: Vec<RecurrentData>,
+    /// `[S, R]` row-major: tokens request r commits after step s, 0..=its window.
+    pub accept: Vec<i32>,
+}
+
+impl Steps {
+    /// S, step 0 included.
+    pub fn count(&self) -> usize {
+        self.rest.len() + 1
+    }
 }
 
 /// Per-tensor comparisons of one run.
@@ -357,6 +390,31 @@ impl Reader<'_> {
         decode_le(self.path, name, t.data(), i32::from_le_bytes)
     }
 
+    /// The activation dtype of `t`, which must be `want` (q's) when given.
+    fn act_dtype(&self, name: &'static str, t: &TensorView<'_>, want: Option<DType>) -> Result<DType, CaseError> {
+        let got = match t.dtype() {
+            Dtype::F32 => DType::F32,
+            Dtype::F16 => DType::F16,
+            Dtype::BF16 => DType::BF16,
+            other => return Err(self.bad(name, format!("dtype {other:?}, expected BF16, F16 or F32"))),
+        };
+        if let Some(d) = want {
+            if d != got {
+                return Err(self.bad(name, format!("dtype {got}, but q is {d}")));
+            }
+        }
+        Ok(got)
+    }
+
+    fn decode_act(&self, name: &'static str, dtype: DType, data: &[u8]) -> Result<ActBuffer, CaseError> {
+        let p = self.path;
+        Ok(match dtype {
+            DType::F32 => ActBuffer::F32(decode_le(p, name, data, f32::from_le_bytes)?),
+            DType::F16 => ActBuffer::F16(decode_le(p, name, data, half::f16::from_le_bytes)?),
+            DType::BF16 => ActBuffer::BF16(decode_le(p, name, data, half::bf16::from_le_bytes)?),
+        })
+    }
+
     fn act(
         &self,
         name: &'static str,
@@ -365,25 +423,49 @@ impl Reader<'_> {
     ) -> Result<(ActBuffer, Vec<usize>), CaseError> {
         let t = self.tensor(name)?;
         let shape = self.shape(name, &t, expected)?;
-        let got = match t.dtype() {
-            Dtype::F32 => DType::F32,
-            Dtype::F16 => DType::F16,
-            Dtype::BF16 => DType::BF16,
-            other => return Err(self.bad(name, format!("dtype {other:?}, expected BF16, F16 or F32"))),
-        };
-        if let Some(d) = dtype {
-            if d != got {
-                return Err(self.bad(name, format!("dtype {got}, but q is {d}")));
-            }
+        let got = self.act_dtype(name, &t, dtype)?;
+        Ok((self.decode_act(name, got, t.data())?, shape))
+    }
+
+    /// `data` cut into `steps` equal slices, one per step (the tensor's leading extent).
+    fn step_bytes<'d>(&self, name: &'static str, data: &'d [u8], steps: usize) -> Result<Vec<&'d [u8]>, CaseError> {
+        if steps == 0 || data.len() % steps != 0 {
+            return Err(self.bad(name, format!("{} bytes do not split into {steps} steps", data.len())));
         }
-        let data = t.data();
-        let p = self.path;
-        let buf = match got {
-            DType::F32 => ActBuffer::F32(decode_le(p, name, data, f32::from_le_bytes)?),
-            DType::F16 => ActBuffer::F16(decode_le(p, name, data, half::f16::from_le_bytes)?),
-            DType::BF16 => ActBuffer::BF16(decode_le(p, name, data, half::bf16::from_le_bytes)?),
-        };
-        Ok((buf, shape))
+        let per = data.len() / steps;
+        Ok((0..steps).map(|s| &data[s * per..(s + 1) * per]).collect())
+    }
+
+    /// An activation tensor `[S, ...]` as one buffer per step, decoded step by step (one copy of
+    /// the file's bytes, as [`Reader::act`]).
+    fn act_steps(
+        &self,
+        name: &'static str,
+        expected: &[Option<usize>],
+        dtype: Option<DType>,
+    ) -> Result<(Vec<ActBuffer>, Vec<usize>), CaseError> {
+        let t = self.tensor(name)?;
+        let shape = self.shape(name, &t, expected)?;
+        let got = self.act_dtype(name, &t, dtype)?;
+        let steps = self
+            .step_bytes(name, t.data(), shape.first().copied().unwrap_or(0))?
+            .into_iter()
+            .map(|b| self.decode_act(name, got, b))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((steps, shape))
+    }
+
+    /// An f32 tensor `[S, ...]` as one vector per step.
+    fn f32s_steps(&self, name: &'static str, expected: &[Option<usize>]) -> Result<Vec<Vec<f32>>, CaseError> {
+        let t = self.tensor(name)?;
+        let shape = self.shape(name, &t, expected)?;
+        if t.dtype() != Dtype::F32 {
+            return Err(self.bad(name, format!("dtype {:?}, expected F32", t.dtype())));
+        }
+        self.step_bytes(name, t.data(), shape.first().copied().unwrap_or(0))?
+            .into_iter()
+            .map(|b| decode_le(self.path, name, b, f32::from_le_bytes))
+            .collect()
     }
 }
 
@@ -473,6 +555,9 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
 
     let st = SafeTensors::deserialize(bytes).map_err(not_st)?;
     let r = Reader { path, st };
+    if op == Op::VerifyFoldSteps {
+        return parse_steps(&r, variant, scale, qk_l2norm, tolerance);
+    }
     let (q, qs) = r.act("q", &[None, None, None], None)?;
     let dtype = q.dtype();
     let (n, h, kd) = (qs[0], qs[1], qs[2]);
@@ -592,6 +677,156 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
         tree,
         accept_path,
         cache_len,
+        steps: None,
+    })
+}
+
+/// The tensors of a `verify_fold_steps` case: `q`, `k`, `v` and the per-token gate tensors with a
+/// leading step extent S (1..=[`MAX_CASE_STEPS`]; `A_log`, `dt_bias` shared), `cu_seqlens [R+1]`
+/// (every step's windows, each 1..=[`MAX_VERIFY_WINDOW`] tokens), `state_in`, `accept [S, R]`
+/// i32 (0..=the request's window), `o [S, N, HV, V]` and `state_out` (required).
+fn parse_steps(
+    r: &Reader<'_>,
+    variant: Variant,
+    scale: f32,
+    qk_l2norm: bool,
+    tolerance: Tolerance,
+) -> Result<Case, CaseError> {
+    let path = r.path;
+    let qt = r.tensor("q")?;
+    let qs = r.shape("q", &qt, &[None, None, None, None])?;
+    let (steps, n, h, kd) = (qs[0], qs[1], qs[2], qs[3]);
+    // S is bounded before anything is sized from it.
+    if steps == 0 {
+        return Err(r.bad(
+            "q",
+            "the leading (step) extent is 0; a verify_fold_steps case has at least 1 step".into(),
+        ));
+    }
+    if steps > MAX_CASE_STEPS {
+        return Err(CaseError::Limit {
+            path: path.to_path_buf(),
+            what: "steps (the leading extent of q)",
+            value: steps as u64,
+            limit: MAX_CASE_STEPS as u64,
+        });
+    }
+    // N >= 1 also bounds the per-step copies of A_log and dt_bias below by the size of `a`.
+    if n == 0 {
+        return Err(r.bad(
+            "q",
+            "no tokens per step; every step verifies at least one token per request".into(),
+        ));
+    }
+    let dtype = r.act_dtype("q", &qt, None)?;
+    let s = Some(steps);
+    let (q, _) = r.act_steps("q", &[s, Some(n), Some(h), Some(kd)], Some(dtype))?;
+    let (k, _) = r.act_steps("k", &[s, Some(n), Some(h), Some(kd)], Some(dtype))?;
+    let (v, vs) = r.act_steps("v", &[s, Some(n), None, None], Some(dtype))?;
+    let (hv, vd) = (vs[2], vs[3]);
+    let dims = HeadDims { h, hv, k: kd, v: vd };
+    dims.validate().map_err(|e| r.bad("v", e.to_string()))?;
+    let cu_seqlens = r.i32s("cu_seqlens", &[None])?;
+    let requests = cu_seqlens.len().saturating_sub(1);
+    if requests == 0 {
+        return Err(r.bad("cu_seqlens", "needs at least 2 entries".into()));
+    }
+    let (_, max_len) =
+        replayssm::checks::check_seqlens(&cu_seqlens, n).map_err(|e| r.bad("cu_seqlens", e.to_string()))?;
+    // The deferred ring holds two windows of at most V's limit.
+    if max_len > MAX_VERIFY_WINDOW {
+        return Err(r.bad(
+            "cu_seqlens",
+            format!("a request has {max_len} tokens; verify_fold_steps takes at most {MAX_VERIFY_WINDOW} per request and step"),
+        ));
+    }
+    if let Some(i) = cu_seqlens.windows(2).position(|w| w[1] == w[0]) {
+        return Err(r.bad(
+            "cu_seqlens",
+            format!("request {i} has no tokens; every step verifies at least one per request"),
+        ));
+    }
+    let gw = dims.gate_width(variant);
+    let gate_shape: Vec<Option<usize>> = match variant {
+        Variant::Gdn => vec![s, Some(n), Some(hv)],
+        Variant::Kda => vec![s, Some(n), Some(hv), Some(kd)],
+    };
+    let gates: Vec<GateData> = if r.has("g") || r.has("beta") {
+        let g = r.f32s_steps("g", &gate_shape)?;
+        let beta = r.f32s_steps("beta", &[s, Some(n), Some(hv)])?;
+        g.into_iter()
+            .zip(beta)
+            .map(|(g, beta)| GateData::Precomputed { g, beta })
+            .collect()
+    } else {
+        let dt_shape: Vec<Option<usize>> = if gw == 1 {
+            vec![Some(hv)]
+        } else {
+            vec![Some(hv), Some(kd)]
+        };
+        let (a, _) = r.act_steps("a", &gate_shape, Some(dtype))?;
+        let (b, _) = r.act_steps("b", &[s, Some(n), Some(hv)], Some(dtype))?;
+        let a_log = r.f32s("A_log", &[Some(hv)])?;
+        let dt_bias = r.f32s("dt_bias", &dt_shape)?;
+        // Model parameters, the same every step: each window carries its own copy.
+        a.into_iter()
+            .zip(b)
+            .map(|(a, b)| GateData::Raw {
+                a,
+                b,
+                a_log: a_log.clone(),
+                dt_bias: dt_bias.clone(),
+            })
+            .collect()
+    };
+    let state_shape = [Some(requests), Some(hv), Some(vd), Some(kd)];
+    let state = r.f32s("state_in", &state_shape)?;
+    let expected_o = r.f32s("o", &[s, Some(n), Some(hv), Some(vd)])?;
+    let expected_state = r.f32s("state_out", &state_shape)?;
+    let accept = r.i32s("accept", &[s, Some(requests)])?;
+    for (i, &a) in accept.iter().enumerate() {
+        let (step, req) = (i / requests, i % requests);
+        let len = cu_seqlens[req + 1] - cu_seqlens[req];
+        if !(0..=len).contains(&a) {
+            return Err(r.bad(
+                "accept",
+                format!("accept[{step}][{req}] = {a} outside 0..={len} (request {req}'s window)"),
+            ));
+        }
+    }
+    let slots: Vec<i32> = (0..requests as i32).collect();
+    let window = |q, k, v, gate, state| RecurrentData {
+        variant,
+        dims,
+        dtype,
+        q,
+        k,
+        v,
+        gate,
+        cu_seqlens: cu_seqlens.clone(),
+        slots: slots.clone(),
+        state,
+        scale,
+        qk_l2norm,
+    };
+    let mut windows = q.into_iter().zip(k).zip(v).zip(gates);
+    let (((q0, k0), v0), g0) = windows.next().ok_or_else(|| r.bad("q", "no step".into()))?;
+    let data = window(q0, k0, v0, g0, state);
+    let rest = windows
+        .map(|(((q, k), v), gate)| window(q, k, v, gate, Vec::new()))
+        .collect();
+    Ok(Case {
+        path: path.to_path_buf(),
+        op: Op::VerifyFoldSteps,
+        tolerance,
+        data,
+        expected_o,
+        expected_state: Some(expected_state),
+        accept: None,
+        tree: None,
+        accept_path: None,
+        cache_len: None,
+        steps: Some(Steps { rest, accept }),
     })
 }
 
@@ -619,7 +854,8 @@ pub fn decode_ring_bytes(dims: HeadDims, variant: Variant, slots: usize, len: us
 /// Runs a case on `backend` and compares with its expected tensors: `recurrent` through kernel
 /// R, `verify` through kernel V (ring written), `fold` through V then F with `accept`, `decode`
 /// through kernel D one token per request and step (then materialised), `verify_tree` through VT
-/// (ring written) and `fold_tree` through VT then FT with `accept_path`.
+/// (ring written), `fold_tree` through VT then FT with `accept_path`, and `verify_fold_steps`
+/// through VF and the commit per step, then a flush of every request.
 pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
     let d = case.data.dims;
     let n = case.data.num_tokens();
@@ -681,6 +917,16 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
             o = res.o;
             state = res.state;
         }
+        Op::VerifyFoldSteps => {
+            let steps = case.steps.as_ref().ok_or_else(|| CaseError::MissingTensor {
+                path: case.path.clone(),
+                name: "accept",
+            })?;
+            let (outs, s) = run_steps(&case.data, steps, backend).map_err(run_err)?;
+            // Each step's outputs, widened (exact) to compare as one tensor.
+            o = ActBuffer::F32(outs);
+            state = s;
+        }
     }
     let widen = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
     Ok(CaseReport {
@@ -690,6 +936,61 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
             .as_ref()
             .map(|e| compare(&state, &widen(e), case.tolerance)),
     })
+}
+
+/// The deferred fold over a case's steps: per step VF then the commit of its accept lengths, then
+/// a flush of every request. Returns every step's outputs (widened to f32) and the checkpoints.
+fn run_steps(data: &RecurrentData, steps: &Steps, backend: Backend) -> replayssm::Result<(Vec<f32>, Vec<f32>)> {
+    let d = data.dims;
+    let n = data.num_tokens();
+    let requests = data.cu_seqlens.len().saturating_sub(1);
+    let window = data
+        .cu_seqlens
+        .windows(2)
+        .map(|w| (w[1] - w[0]).max(0) as usize)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let cfg = resolve(&EngineFlags {
+        linear_replayssm_spec_deferred_fold: true,
+        ..EngineFlags::spec_ring(data.variant)
+    })?;
+    let mut pool = CheckpointPool::new(&cfg, d, 1, requests)?;
+    if data.state.len() != pool.state().len() {
+        return Err(replayssm::Error::Shape {
+            tensor: "state_in",
+            expected: format!("[{}] (requests x HV x V x K)", pool.state().len()),
+            got: format!("[{}]", data.state.len()),
+        });
+    }
+    pool.state_mut().copy_from_slice(&data.state);
+    let mut dring = DeferredRing::for_pool(&pool, window, data.dtype, data.qk_l2norm)?;
+    let row = d.hv * d.v;
+    let mut outs = Vec::with_capacity(steps.count() * n * row);
+    for (s, w) in std::iter::once(data).chain(&steps.rest).enumerate() {
+        let accept = steps
+            .accept
+            .get(s * requests..(s + 1) * requests)
+            .ok_or_else(|| replayssm::Error::Shape {
+                tensor: "accept",
+                expected: format!("[{}, {requests}]", steps.count()),
+                got: format!("[{}]", steps.accept.len()),
+            })?;
+        let mut o = ActBuffer::nan(data.dtype, n * row);
+        verify_fold(
+            backend,
+            &w.inputs(),
+            &mut pool,
+            0,
+            &mut o.dense_mut(n, row),
+            &mut dring,
+            None,
+        )?;
+        outs.extend(o.to_f32());
+        dring.commit(&data.slots, accept)?;
+    }
+    crate::staged::defer_flush(backend, &mut pool, &mut dring, &data.slots)?;
+    Ok((outs, pool.state().to_vec()))
 }
 
 /// What a written case asks for: its op with the op's extra inputs.
@@ -712,6 +1013,13 @@ pub enum CaseKind<'a> {
         tree: &'a DraftTree,
         accepted: &'a AcceptedPaths,
     },
+    /// The deferred fold over steps: `data` is step 0, `rest` the windows of steps 1.. (same
+    /// requests, dims, dtype, gate kind and gate parameters; their state and slots are not used),
+    /// `accept` `[S, R]` row-major.
+    VerifyFoldSteps {
+        rest: &'a [RecurrentData],
+        accept: &'a [i32],
+    },
 }
 
 impl CaseKind<'_> {
@@ -723,6 +1031,7 @@ impl CaseKind<'_> {
             CaseKind::Decode { .. } => Op::Decode,
             CaseKind::VerifyTree { .. } => Op::VerifyTree,
             CaseKind::FoldTree { .. } => Op::FoldTree,
+            CaseKind::VerifyFoldSteps { .. } => Op::VerifyFoldSteps,
         }
     }
 }
@@ -730,11 +1039,16 @@ impl CaseKind<'_> {
 /// Writes a case whose expected tensors come from the f64 reference: `recurrent` and `decode`
 /// (state after all tokens; `decode` also records `cache_len`), `verify` (outputs; `state_out`
 /// = the unchanged checkpoint), `fold` (outputs, and the state after `accept[r]` tokens),
-/// `verify_tree` (outputs along each node's root path; unchanged checkpoint) or `fold_tree`
-/// (tree outputs, and the state after replaying each accepted path).
+/// `verify_tree` (outputs along each node's root path; unchanged checkpoint), `fold_tree`
+/// (tree outputs, and the state after replaying each accepted path) or `verify_fold_steps`
+/// (every step's outputs and the state after every step's commit: V then F per step, the
+/// checkpoint kept in f32 between steps as the pool keeps it).
 pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, tolerance: Tolerance) -> std::io::Result<()> {
     let op = kind.op();
     let invalid = |why: String| std::io::Error::other(format!("cannot write op {}: {why}", op.name()));
+    if let CaseKind::VerifyFoldSteps { rest, accept } = kind {
+        return write_steps(path, data, rest, accept, tolerance).map_err(invalid);
+    }
     let requests = data.cu_seqlens.len() - 1;
     match kind {
         CaseKind::Fold { accept } if accept.len() != requests => {
@@ -821,6 +1135,7 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
                 .collect();
             (res.o.iter().map(|&x| x as f32).collect(), state)
         }
+        CaseKind::VerifyFoldSteps { .. } => unreachable!("written by write_steps above"),
         CaseKind::Recurrent | CaseKind::Decode { .. } => (
             res.o.iter().map(|&x| x as f32).collect(),
             res.final_state
@@ -831,11 +1146,6 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
         ),
     };
 
-    let st_dtype = |t: DType| match t {
-        DType::F32 => Dtype::F32,
-        DType::F16 => Dtype::F16,
-        DType::BF16 => Dtype::BF16,
-    };
     let act = data.dtype;
     let gw = d.gate_width(data.variant);
     let gate_shape = if gw == 1 { vec![n, d.hv] } else { vec![n, d.hv, d.k] };
@@ -909,6 +1219,34 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
             tensors.push(("beta".into(), Dtype::F32, vec![n, d.hv], bytes_of(beta).to_vec()));
         }
     }
+    let cache_len = match kind {
+        CaseKind::Decode { cache_len } => Some(cache_len),
+        _ => None,
+    };
+    save(path, op, data, tolerance, tensors, cache_len)
+}
+
+/// The safetensors dtype of an activation dtype.
+fn st_dtype(t: DType) -> Dtype {
+    match t {
+        DType::F32 => Dtype::F32,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+    }
+}
+
+/// A tensor to write: name, dtype, shape, little-endian bytes.
+type Tensor = (String, Dtype, Vec<usize>, Vec<u8>);
+
+/// Writes `tensors` with the case metadata of `op` and `data`.
+fn save(
+    path: &Path,
+    op: Op,
+    data: &RecurrentData,
+    tolerance: Tolerance,
+    tensors: Vec<Tensor>,
+    cache_len: Option<usize>,
+) -> std::io::Result<()> {
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
         .map(|(name, dt, shape, bytes)| {
@@ -930,11 +1268,210 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    if let CaseKind::Decode { cache_len } = kind {
-        metadata.insert("cache_len".into(), cache_len.to_string());
+    if let Some(l) = cache_len {
+        metadata.insert("cache_len".into(), l.to_string());
     }
     let bytes = safetensors::serialize(views, &Some(metadata)).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     std::fs::write(path, bytes)
+}
+
+/// The bytes of `bufs` one after the other (a `[S, ...]` tensor from its steps).
+fn concat(bufs: impl Iterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for b in bufs {
+        out.extend_from_slice(b.as_ref());
+    }
+    out
+}
+
+/// [`write_case`] of `verify_fold_steps`: checks that the steps fit together (the reader's rules),
+/// then writes the f64 reference of V then F per step. Errors say why, without the op.
+fn write_steps(
+    path: &Path,
+    data: &RecurrentData,
+    rest: &[RecurrentData],
+    accept: &[i32],
+    tolerance: Tolerance,
+) -> Result<(), String> {
+    let requests = data.cu_seqlens.len().saturating_sub(1);
+    let steps = rest.len() + 1;
+    if steps > MAX_CASE_STEPS {
+        return Err(format!("{steps} steps, over the limit of {MAX_CASE_STEPS}"));
+    }
+    if requests == 0 {
+        return Err("cu_seqlens has no request".into());
+    }
+    if accept.len() != steps * requests {
+        return Err(format!(
+            "accept has {} entries for {steps} steps x {requests} requests",
+            accept.len()
+        ));
+    }
+    let lens: Vec<i32> = data.cu_seqlens.windows(2).map(|w| w[1] - w[0]).collect();
+    for (r, &len) in lens.iter().enumerate() {
+        if len < 1 || len as usize > MAX_VERIFY_WINDOW {
+            return Err(format!(
+                "request {r} has {len} tokens per step, outside 1..={MAX_VERIFY_WINDOW} (the verify window)"
+            ));
+        }
+    }
+    for (i, &a) in accept.iter().enumerate() {
+        let (s, r) = (i / requests, i % requests);
+        if !(0..=lens[r]).contains(&a) {
+            return Err(format!(
+                "accept[{s}][{r}] = {a} is outside 0..={} (request {r}'s window)",
+                lens[r]
+            ));
+        }
+    }
+    if let Some(r) = data.slots.iter().position(|&s| s < 0) {
+        return Err(format!("request {r} is null (slot -1): case files have none"));
+    }
+    for (i, w) in rest.iter().enumerate() {
+        let same_gate = match (&data.gate, &w.gate) {
+            (
+                GateData::Raw { a_log, dt_bias, .. },
+                GateData::Raw {
+                    a_log: l, dt_bias: b, ..
+                },
+            ) => a_log == l && dt_bias == b,
+            (GateData::Precomputed { .. }, GateData::Precomputed { .. }) => true,
+            _ => false,
+        };
+        let same = w.variant == data.variant
+            && w.dims == data.dims
+            && w.dtype == data.dtype
+            && w.cu_seqlens == data.cu_seqlens
+            && w.scale.to_bits() == data.scale.to_bits()
+            && w.qk_l2norm == data.qk_l2norm
+            && same_gate;
+        if !same {
+            return Err(format!(
+                "step {}'s window differs from step 0's in variant, dims, dtype, cu_seqlens, scale, qk_l2norm, gate kind or A_log/dt_bias",
+                i + 1
+            ));
+        }
+    }
+    let d = data.dims;
+    let n = data.num_tokens();
+    let per_slot = d.state_elems();
+    // One slot per request, in request order, as every case file.
+    let mut state = vec![0f32; requests * per_slot];
+    for (r, &slot) in data.slots.iter().enumerate() {
+        let at = slot as usize * per_slot;
+        let src = data
+            .state
+            .get(at..at + per_slot)
+            .ok_or_else(|| format!("request {r}'s slot {slot} is outside the state"))?;
+        state[r * per_slot..(r + 1) * per_slot].copy_from_slice(src);
+    }
+    let state_in = state.clone();
+    let local_slots: Vec<i32> = (0..requests as i32).collect();
+    let mut o: Vec<f32> = Vec::with_capacity(steps * n * d.hv * d.v);
+    for (s, w) in std::iter::once(data).chain(rest).enumerate() {
+        let mut inp = w.inputs();
+        inp.slots = &local_slots;
+        // V: the outputs from the checkpoint; F: the checkpoint after accept[s][r] tokens (the
+        // snapshot at accept - 1), stored in f32 as the pool stores it.
+        let res = replayssm::reference::recurrent::<f64>(&inp, &state);
+        o.extend(res.o.iter().map(|&x| x as f32));
+        for r in 0..requests {
+            let a = accept[s * requests + r] as usize;
+            if a == 0 {
+                continue;
+            }
+            let snaps = res.snapshots[r].as_ref().ok_or("a null request")?;
+            let snap = &snaps[(a - 1) * per_slot..a * per_slot];
+            for (x, &y) in state[r * per_slot..(r + 1) * per_slot].iter_mut().zip(snap) {
+                *x = y as f32;
+            }
+        }
+    }
+    let all = || std::iter::once(data).chain(rest);
+    let act = st_dtype(data.dtype);
+    let gw = d.gate_width(data.variant);
+    let gate_shape = if gw == 1 {
+        vec![steps, n, d.hv]
+    } else {
+        vec![steps, n, d.hv, d.k]
+    };
+    let mut tensors: Vec<Tensor> = vec![
+        (
+            "q".into(),
+            act,
+            vec![steps, n, d.h, d.k],
+            concat(all().map(|w| w.q.as_bytes())),
+        ),
+        (
+            "k".into(),
+            act,
+            vec![steps, n, d.h, d.k],
+            concat(all().map(|w| w.k.as_bytes())),
+        ),
+        (
+            "v".into(),
+            act,
+            vec![steps, n, d.hv, d.v],
+            concat(all().map(|w| w.v.as_bytes())),
+        ),
+        (
+            "cu_seqlens".into(),
+            Dtype::I32,
+            vec![requests + 1],
+            bytes_of(&data.cu_seqlens).to_vec(),
+        ),
+        (
+            "state_in".into(),
+            Dtype::F32,
+            vec![requests, d.hv, d.v, d.k],
+            bytes_of(&state_in).to_vec(),
+        ),
+        (
+            "accept".into(),
+            Dtype::I32,
+            vec![steps, requests],
+            bytes_of(accept).to_vec(),
+        ),
+        ("o".into(), Dtype::F32, vec![steps, n, d.hv, d.v], bytes_of(&o).to_vec()),
+        (
+            "state_out".into(),
+            Dtype::F32,
+            vec![requests, d.hv, d.v, d.k],
+            bytes_of(&state).to_vec(),
+        ),
+    ];
+    match &data.gate {
+        GateData::Raw { a_log, dt_bias, .. } => {
+            let raw = |pick: fn(&GateData) -> &[u8]| concat(all().map(|w| pick(&w.gate)));
+            let a = raw(|g| match g {
+                GateData::Raw { a, .. } => a.as_bytes(),
+                GateData::Precomputed { .. } => &[],
+            });
+            let b = raw(|g| match g {
+                GateData::Raw { b, .. } => b.as_bytes(),
+                GateData::Precomputed { .. } => &[],
+            });
+            tensors.push(("a".into(), act, gate_shape, a));
+            tensors.push(("b".into(), act, vec![steps, n, d.hv], b));
+            tensors.push(("A_log".into(), Dtype::F32, vec![d.hv], bytes_of(a_log).to_vec()));
+            let dt_shape = if gw == 1 { vec![d.hv] } else { vec![d.hv, d.k] };
+            tensors.push(("dt_bias".into(), Dtype::F32, dt_shape, bytes_of(dt_bias).to_vec()));
+        }
+        GateData::Precomputed { .. } => {
+            let pre = |pick: fn(&GateData) -> &[f32]| concat(all().map(|w| bytes_of(pick(&w.gate))));
+            let g = pre(|g| match g {
+                GateData::Precomputed { g, .. } => g,
+                GateData::Raw { .. } => &[],
+            });
+            let beta = pre(|g| match g {
+                GateData::Precomputed { beta, .. } => beta,
+                GateData::Raw { .. } => &[],
+            });
+            tensors.push(("g".into(), Dtype::F32, gate_shape, g));
+            tensors.push(("beta".into(), Dtype::F32, vec![steps, n, d.hv], beta));
+        }
+    }
+    save(path, Op::VerifyFoldSteps, data, tolerance, tensors, None).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

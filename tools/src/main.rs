@@ -82,8 +82,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         flags: Vec<String>,
     },
-    /// Write a case file (recurrent, verify, fold, decode, verify_tree or fold_tree) whose expected
-    /// tensors come from the f64 reference.
+    /// Write a case file (recurrent, verify, fold, decode, verify_tree, fold_tree or
+    /// verify_fold_steps) whose expected tensors come from the f64 reference.
     MakeCase(MakeCaseArgs),
 }
 
@@ -102,12 +102,16 @@ enum DemoMode {
 struct MakeCaseArgs {
     #[arg(long)]
     out: PathBuf,
-    /// recurrent, verify, fold, decode, verify_tree or fold_tree.
+    /// recurrent, verify, fold, decode, verify_tree, fold_tree or verify_fold_steps.
     #[arg(long, value_enum, default_value_t = case::Op::Recurrent)]
     op: case::Op,
-    /// fold only: tokens committed per request (default: random in 0..=window).
+    /// fold: tokens committed per request; verify_fold_steps: per step and request, step 0's
+    /// requests first (S x R values). Default: random in 0..=window.
     #[arg(long, value_delimiter = ',')]
     accept: Vec<i32>,
+    /// verify_fold_steps only: steps S (default 3, at most 64).
+    #[arg(long)]
+    steps: Option<usize>,
     /// verify_tree, fold_tree: draft tree shape (chain, star, binary, topk<K>, random).
     #[arg(long, default_value = "topk2")]
     tree: TreeShape,
@@ -241,6 +245,8 @@ fn main() -> ExitCode {
 const MAX_MAKE_CASE_REQUESTS: usize = 65_535;
 /// Most tokens (all requests) `make-case` writes.
 const MAX_MAKE_CASE_TOKENS: usize = 1 << 20;
+/// Steps of a `verify_fold_steps` case when `--steps` is not given.
+const DEFAULT_MAKE_CASE_STEPS: usize = 3;
 /// Most memory `make-case` may need, estimated from --dims and --seqlens: the f64 reference keeps
 /// a state snapshot per token, so a long case grows as tokens x HV x V x K x 8 bytes.
 const MAX_MAKE_CASE_BYTES: u128 = 1 << 30;
@@ -276,16 +282,41 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
             "--seqlens has {requests} requests, expected 1..={MAX_MAKE_CASE_REQUESTS}"
         ));
     }
+    // 1 for every op but verify_fold_steps: their tokens are one window.
+    let steps = match (op, a.steps) {
+        (case::Op::VerifyFoldSteps, None) => DEFAULT_MAKE_CASE_STEPS,
+        (case::Op::VerifyFoldSteps, Some(s)) if !(1..=case::MAX_CASE_STEPS).contains(&s) => {
+            return Err(format!(
+                "--steps {s} is outside 1..={} (the steps of one verify_fold_steps case)",
+                case::MAX_CASE_STEPS
+            ))
+        }
+        (case::Op::VerifyFoldSteps, Some(s)) => s,
+        (_, Some(_)) => return Err(format!("--steps is for op verify_fold_steps, not {}", op.name())),
+        (_, None) => 1,
+    };
     // Saturating: a sum past usize is over the limit as well.
     let tokens = a.seqlens.iter().fold(0usize, |t, &l| t.saturating_add(l));
-    if tokens > MAX_MAKE_CASE_TOKENS {
-        return Err(format!(
-            "--seqlens adds up to {tokens} tokens, over the limit of {MAX_MAKE_CASE_TOKENS}"
-        ));
+    let all_tokens = tokens.saturating_mul(steps);
+    if all_tokens > MAX_MAKE_CASE_TOKENS {
+        return Err(if steps == 1 {
+            format!("--seqlens adds up to {tokens} tokens, over the limit of {MAX_MAKE_CASE_TOKENS}")
+        } else {
+            format!("--seqlens adds up to {tokens} tokens per step, {all_tokens} over --steps {steps}, over the limit of {MAX_MAKE_CASE_TOKENS}")
+        });
+    }
+    if op == case::Op::VerifyFoldSteps {
+        if let Some(r) = a.seqlens.iter().position(|&l| l == 0) {
+            return Err(format!(
+                "--seqlens: request {r} has 0 tokens; op verify_fold_steps verifies at least 1 per request and step"
+            ));
+        }
     }
     // The kernels the case runs through bound each request's tokens.
     let per_request = match op {
-        case::Op::Verify | case::Op::Fold => Some((replayssm::spec::MAX_VERIFY_WINDOW, "the verify window")),
+        case::Op::Verify | case::Op::Fold | case::Op::VerifyFoldSteps => {
+            Some((replayssm::spec::MAX_VERIFY_WINDOW, "the verify window"))
+        }
         case::Op::VerifyTree | case::Op::FoldTree => {
             Some((replayssm::tree::MAX_TREE_NODES, "the tree kernels' node limit"))
         }
@@ -299,7 +330,7 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
             ));
         }
     }
-    let bytes = make_case_bytes(dims, a.variant, tokens, requests);
+    let bytes = make_case_bytes(dims, a.variant, all_tokens, requests);
     if bytes > MAX_MAKE_CASE_BYTES {
         return Err(format!(
             "--seqlens {tokens} tokens with --dims {:?} need about {bytes} bytes (the f64 reference keeps a HV x V x K state per token), over the limit of {MAX_MAKE_CASE_BYTES}",
@@ -334,8 +365,28 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
             }
         }
         a.accept.clone()
+    } else if op == case::Op::VerifyFoldSteps {
+        if a.accept.len() != steps * requests {
+            return Err(format!(
+                "--accept has {} values for --steps {steps} x {requests} requests (--seqlens): give step 0's requests first",
+                a.accept.len()
+            ));
+        }
+        for (i, &x) in a.accept.iter().enumerate() {
+            let (s, r) = (i / requests, i % requests);
+            let l = a.seqlens[r];
+            if x < 0 || x as usize > l {
+                return Err(format!(
+                    "--accept: step {s} request {r} accepts {x}, outside 0..={l} (its --seqlens)"
+                ));
+            }
+        }
+        a.accept.clone()
     } else {
-        return Err(format!("--accept is for op fold, not {}", op.name()));
+        return Err(format!(
+            "--accept is for op fold, not {} (and for verify_fold_steps, per step)",
+            op.name()
+        ));
     };
     if !a.accept_node.is_empty() {
         if op != case::Op::FoldTree {
@@ -392,6 +443,37 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
         }
         _ => None,
     };
+    // verify_fold_steps: the windows of steps 1.. (fresh tokens, step 0's gate parameters) and
+    // the accept lengths of every step.
+    let (rest, step_accept) = if op == case::Op::VerifyFoldSteps {
+        let rest: Vec<RecurrentData> = (1..steps as u64)
+            .map(|s| {
+                let mut w = RecurrentData::random(&spec, a.seed ^ s.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                if let (
+                    replayssm_tools::workload::GateData::Raw { a_log, dt_bias, .. },
+                    replayssm_tools::workload::GateData::Raw {
+                        a_log: la, dt_bias: lb, ..
+                    },
+                ) = (&data.gate, &mut w.gate)
+                {
+                    la.clone_from(a_log);
+                    lb.clone_from(dt_bias);
+                }
+                w
+            })
+            .collect();
+        let step_accept: Vec<i32> = if a.accept.is_empty() {
+            (0..steps)
+                .flat_map(|_| spec.seqlens.iter())
+                .map(|&l| rng.gen_range(0..=l as i32))
+                .collect()
+        } else {
+            a.accept.clone()
+        };
+        (rest, step_accept)
+    } else {
+        (vec![], vec![])
+    };
     let kind = match (op, &draft, &accepted) {
         (case::Op::Recurrent, ..) => CaseKind::Recurrent,
         (case::Op::Verify, ..) => CaseKind::Verify,
@@ -399,6 +481,10 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
         (case::Op::Decode, ..) => CaseKind::Decode { cache_len: a.cache_len },
         (case::Op::VerifyTree, Some(tree), _) => CaseKind::VerifyTree { tree },
         (case::Op::FoldTree, Some(tree), Some(accepted)) => CaseKind::FoldTree { tree, accepted },
+        (case::Op::VerifyFoldSteps, ..) => CaseKind::VerifyFoldSteps {
+            rest: &rest,
+            accept: &step_accept,
+        },
         (case::Op::VerifyTree | case::Op::FoldTree, ..) => unreachable!("tree ops build their tree above"),
     };
     case::write_case(&a.out, kind, &data, tolerance).map_err(|e| format!("{}: {e}", a.out.display()))

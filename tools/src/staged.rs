@@ -323,6 +323,25 @@ pub fn verify_fold(
     Ok(plan)
 }
 
+/// The deferred fold's flush ([`DeferredRing::flush`]), staged on Cuda: pool and pending table
+/// up, [`Stream::defer_flush`] (gather, F, reset), both back down.
+pub fn defer_flush(backend: Backend, pool: &mut CheckpointPool, dring: &mut DeferredRing, slots: &[i32]) -> Result<()> {
+    if backend != Backend::Cuda {
+        return dring.flush(backend, pool, slots);
+    }
+    let up = Up::new()?;
+    let mut dpool = pool.to_device(&up.stream)?;
+    let mut dd = dring.to_device(&up.stream, &dpool)?;
+    let s = up.ints(slots)?;
+    let mut scratch = DeviceVec::<i32>::zeros(Backend::Cuda, slots.len() * dring.window())?;
+    up.stream
+        .defer_flush(&mut dpool, &mut dd, s.as_slice(), scratch.as_mut_slice())?;
+    up.stream.check_errors()?;
+    dpool.download(&up.stream, pool.state_mut())?;
+    *dring = dd.to_host(&up.stream, pool)?;
+    Ok(())
+}
+
 /// The device copies of a fold's or replay's pool and ring.
 fn state_up(up: &Up, pool: &CheckpointPool, ring: &SpecRing) -> Result<(CheckpointPool<Device>, SpecRing<Device>)> {
     Ok((pool.to_device(&up.stream)?, ring.to_device(&up.stream)?))

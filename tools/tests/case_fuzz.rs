@@ -154,13 +154,14 @@ fn edge_i32(rng: &mut ChaCha8Rng) -> i32 {
     )
 }
 
-const OPS: [&str; 7] = [
+const OPS: [&str; 8] = [
     "recurrent",
     "verify",
     "fold",
     "decode",
     "verify_tree",
     "fold_tree",
+    "verify_fold_steps",
     "nope",
 ];
 const DTYPES: [&str; 12] = [
@@ -315,7 +316,8 @@ fn mutate_json(rng: &mut ChaCha8Rng, h: &mut Value) {
     }
 }
 
-/// Overwrites elements of an i32 tensor (cu_seqlens, accept, parent, accept_path) in place.
+/// Overwrites elements of an i32 tensor (cu_seqlens, accept, parent, accept_path; accept
+/// `[S, R]` of verify_fold_steps) in place.
 fn mutate_ints(rng: &mut ChaCha8Rng, file: &mut [u8]) {
     let (h, _) = split(file);
     let n = u64::from_le_bytes(file[..8].try_into().unwrap()) as usize;
@@ -528,33 +530,65 @@ fn inconsistency(file: &[u8], case: &Case) -> Option<String> {
     }
     let tokens = last as usize;
     let shape_of = |name: &str| shapes.get(name).map(|(_, s)| s.clone());
-    let want = |name: &str, s: Vec<usize>| shape_of(name) == Some(s.iter().map(|&x| x as u64).collect());
+    // verify_fold_steps: the token tensors and `o` carry a leading step extent S; every step's
+    // window is checked like step 0's (`case.data`).
+    let multi = case.op == Op::VerifyFoldSteps;
+    let steps = case.steps.as_ref().map_or(1, |s| s.count());
+    let lead = |s: Vec<usize>| if multi { [vec![steps], s].concat() } else { s };
+    let want_flat = |name: &str, s: Vec<usize>| shape_of(name) == Some(s.iter().map(|&x| x as u64).collect());
+    let want = |name: &str, s: Vec<usize>| want_flat(name, lead(s));
+    let windows: Vec<&replayssm_tools::workload::RecurrentData> = std::iter::once(&case.data)
+        .chain(case.steps.iter().flat_map(|s| s.rest.iter()))
+        .collect();
+    let all = |f: &dyn Fn(&replayssm_tools::workload::RecurrentData) -> bool| windows.iter().all(|w| f(w));
     let checks = [
         (
             "q",
-            want("q", vec![tokens, d.h, d.k]) && case.data.q.len() == tokens * d.h * d.k,
+            want("q", vec![tokens, d.h, d.k]) && all(&|w| w.q.len() == tokens * d.h * d.k),
         ),
         (
             "k",
-            want("k", vec![tokens, d.h, d.k]) && case.data.k.len() == tokens * d.h * d.k,
+            want("k", vec![tokens, d.h, d.k]) && all(&|w| w.k.len() == tokens * d.h * d.k),
         ),
         (
             "v",
-            want("v", vec![tokens, d.hv, d.v]) && case.data.v.len() == tokens * d.hv * d.v,
+            want("v", vec![tokens, d.hv, d.v]) && all(&|w| w.v.len() == tokens * d.hv * d.v),
         ),
         (
             "o",
-            want("o", vec![tokens, d.hv, d.v]) && case.expected_o.len() == tokens * d.hv * d.v,
+            want("o", vec![tokens, d.hv, d.v]) && case.expected_o.len() == steps * tokens * d.hv * d.v,
+        ),
+        (
+            "steps",
+            multi
+                == case.steps.as_ref().is_some_and(|s| {
+                    (1..=replayssm_tools::case::MAX_CASE_STEPS).contains(&s.count())
+                        && s.accept.len() == s.count() * requests
+                        && s.accept.chunks(requests).all(|row| {
+                            row.iter()
+                                .zip(cu.windows(2))
+                                .all(|(&x, w)| (0..=w[1] - w[0]).contains(&x))
+                        })
+                        && cu.windows(2).all(|w| w[1] > w[0])
+                        && s.rest.iter().all(|w| {
+                            w.cu_seqlens == *cu
+                                && w.dims == d
+                                && w.dtype == case.data.dtype
+                                && w.variant == case.data.variant
+                        })
+                }),
         ),
         (
             "state_in",
-            want("state_in", vec![requests, d.hv, d.v, d.k]) && case.data.state.len() == requests * d.state_elems(),
+            want_flat("state_in", vec![requests, d.hv, d.v, d.k])
+                && case.data.state.len() == requests * d.state_elems(),
         ),
         (
             "state_out",
             case.expected_state
                 .as_ref()
-                .is_none_or(|s| s.len() == case.data.state.len()),
+                .is_none_or(|s| s.len() == case.data.state.len())
+                && (!multi || case.expected_state.is_some()),
         ),
         ("cu_seqlens", cu[0] == 0 && cu.windows(2).all(|w| w[0] <= w[1])),
         ("dims", d.validate().is_ok()),
@@ -576,7 +610,7 @@ fn inconsistency(file: &[u8], case: &Case) -> Option<String> {
         ),
         (
             "window",
-            !matches!(case.op, Op::Verify | Op::Fold)
+            !matches!(case.op, Op::Verify | Op::Fold | Op::VerifyFoldSteps)
                 || cu
                     .windows(2)
                     .all(|w| (w[1] - w[0]) as usize <= replayssm::spec::MAX_VERIFY_WINDOW),
