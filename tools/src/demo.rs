@@ -1,6 +1,7 @@
 //! The main job (`replayssm demo`): kernel R against the f64 reference, then a simulated
-//! speculative-decoding run, ReplaySSM (V then F) side by side with the recurrent baseline that
-//! writes one state snapshot per draft token, on the same backend.
+//! speculative-decoding run, ReplaySSM (V then F) and its deferred fold (VF, the pending records
+//! folded by the next step's VF) side by side with the recurrent baseline that writes one state
+//! snapshot per draft token, on the same backend.
 
 use std::time::{Duration, Instant};
 
@@ -19,8 +20,24 @@ use replayssm::problem::{HeadDims, Variant};
 use replayssm::recurrent::RecurrentOutputs;
 use replayssm::reference;
 use replayssm::ring::{RingShape, SpecRing};
+use replayssm::DeferredRing;
 
-use crate::staged::{fold, recurrent, verify};
+use crate::staged::{fold, recurrent, verify, verify_fold};
+
+/// Outputs are bf16: its rounding (2^-8 relative) dominates every output comparison here.
+const BF16_OUT_TOL: Tolerance = Tolerance { atol: 1e-4, rtol: 8e-3 };
+
+fn bits_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
 
 /// The shapes the byte models are printed for: the demo's own and a Qwen3-Next-like layer
 /// (H=16, HV=32, K=V=128) at B=64.
@@ -52,7 +69,7 @@ fn judge_recurrent(backend: Backend, seed: u64) -> Result<bool> {
         raw_gate: true,
         qk_l2norm: true,
     };
-    let out_tol = Tolerance { atol: 1e-4, rtol: 8e-3 };
+    let out_tol = BF16_OUT_TOL;
     let state_tol = Tolerance { atol: 1e-6, rtol: 1e-5 };
     let mut ok = true;
     println!("[1] kernel R (recurrent baseline) on the {backend} backend vs the f64 reference");
@@ -128,7 +145,7 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         slots: batch + 2,
         window: t,
     };
-    println!("[2] speculative decoding, {steps} steps: ReplaySSM (verify, then fold-every-commit) vs the recurrent verify with per-token snapshots");
+    println!("[2] speculative decoding, {steps} steps: ReplaySSM (verify, then fold-every-commit) and ReplaySSM deferred (VF: fold the previous step's records, then verify) vs the recurrent verify with per-token snapshots");
     println!(
         "    {layers} GDN layers, B={batch} requests, T={t} draft tokens (incl. bonus), H={} HV={} K={} V={}, {dtype}, random accept lengths 0..=T",
         dims.h, dims.hv, dims.k, dims.v
@@ -142,9 +159,19 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
     }
     let mut pool_base = pool_rs.state().to_vec();
     let mut ring = SpecRing::for_pool(&pool_rs, t, dtype, true)?;
+    // The deferred world: same start, same windows and accept lengths, VF + commit per step.
+    let cfg_vf = resolve(&EngineFlags {
+        linear_replayssm_spec_deferred_fold: true,
+        ..EngineFlags::spec_ring(Variant::Gdn)
+    })?;
+    let mut pool_vf = CheckpointPool::new(&cfg_vf, dims, layers, shape.slots)?;
+    pool_vf.state_mut().copy_from_slice(pool_rs.state());
+    let mut dring = DeferredRing::for_pool(&pool_vf, t, dtype, true)?;
     let per_slot = dims.state_elems();
     let (mut max_diff, mut identical, mut accepted_total) = (0f64, true, 0usize);
-    let (mut t_rs, mut t_base) = (Duration::ZERO, Duration::ZERO);
+    let (mut t_rs, mut t_base, mut t_vf) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let (mut vf_out_max, mut vf_out_ok, mut vf_out_bits) = (0f64, true, true);
+    let (mut vf_vs_rs, mut vf_vs_base, mut vf_compared) = (true, true, 0usize);
     let spec = WorkloadSpec {
         variant: Variant::Gdn,
         dims,
@@ -177,6 +204,33 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
                 Some(&mut ring),
             )?;
             t_rs += t0.elapsed();
+            // Deferred: VF folds this layer's records of the previous step, then verifies the
+            // same window from the folded state.
+            let mut o_vf = ActBuffer::nan(dtype, n * dims.hv * dims.v);
+            let t0 = Instant::now();
+            verify_fold(
+                backend,
+                &w.inputs(),
+                &mut pool_vf,
+                layer,
+                &mut o_vf.dense_mut(n, dims.hv * dims.v),
+                &mut dring,
+                None,
+            )?;
+            t_vf += t0.elapsed();
+            let (a, b) = (o_vf.to_f32(), o_rs.to_f32());
+            let b64: Vec<f64> = b.iter().map(|&x| x as f64).collect();
+            let c = compare(&a, &b64, BF16_OUT_TOL);
+            vf_out_ok &= c.passed();
+            vf_out_max = vf_out_max.max(c.max_abs_err);
+            vf_out_bits &= bits_equal(&a, &b);
+            // This layer's checkpoints now hold every step before this one: V + F's (F of this
+            // step has not run) and the baseline's (not yet written this step) must match.
+            let layer_range = shape.pool_offset(layer, 0)..shape.pool_offset(layer + 1, 0);
+            let vf_layer = &pool_vf.state()[layer_range.clone()];
+            vf_vs_rs &= bits_equal(vf_layer, &pool_rs.state()[layer_range.clone()]);
+            vf_vs_base &= bits_equal(vf_layer, &pool_base[layer_range]);
+            vf_compared += 1;
             // Baseline: recurrent verify writing T snapshots; commit copies the accepted one.
             let mut o_base = ActBuffer::nan(dtype, n * dims.hv * dims.v);
             let mut snaps = vec![f32::NAN; batch * t * per_slot];
@@ -207,11 +261,35 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         let t0 = Instant::now();
         fold(backend, &mut pool_rs, &ring, &slots, &accept, None)?;
         t_rs += t0.elapsed();
-        identical &= pool_rs
-            .state()
-            .iter()
-            .zip(&pool_base)
-            .all(|(x, y)| x.to_bits() == y.to_bits());
+        // Deferred: the accepted records stay pending until the next step's VF (or the flush).
+        let t0 = Instant::now();
+        dring.commit(&slots, &accept)?;
+        t_vf += t0.elapsed();
+        identical &= bits_equal(pool_rs.state(), &pool_base);
+    }
+    // The run ends: every request finishes, so its pending records are folded (the flush).
+    let t0 = Instant::now();
+    crate::staged::defer_flush(backend, &mut pool_vf, &mut dring, &slots)?;
+    t_vf += t0.elapsed();
+    // Read through the ring, which refuses a slot still pending: every checkpoint must be current.
+    let mut refused = (0usize, None);
+    for layer in 0..layers {
+        for slot in 0..shape.slots {
+            let base = &pool_base[shape.pool_offset(layer, slot)..shape.pool_offset(layer, slot) + per_slot];
+            let (rs_ok, base_ok) = match dring.checkpoint(&pool_vf, layer, slot) {
+                Ok(got) => (bits_equal(got, pool_rs.slot_state(layer, slot)?), bits_equal(got, base)),
+                Err(e) => {
+                    refused.0 += 1;
+                    refused.1.get_or_insert(format!("layer {layer}: {e}"));
+                    (false, false)
+                }
+            };
+            vf_vs_rs &= rs_ok;
+            vf_vs_base &= base_ok;
+        }
+    }
+    if let (n, Some(first)) = refused {
+        println!("    deferred fold: {n} checkpoints unreadable after the final flush, first: {first}");
     }
     println!(
         "    largest |output difference| ReplaySSM vs baseline: {max_diff:.3e} (bf16 outputs: the chunked form rounds differently)"
@@ -226,8 +304,27 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         }
     );
     println!(
-        "    wall time on this backend: ReplaySSM {:.2} s, baseline {:.2} s{}",
+        "    deferred (VF) outputs vs ReplaySSM verify over {vf_compared} layer-steps: largest |difference| {vf_out_max:.3e}{} (tol {:.0e}+{:.0e}|r|): {}",
+        if vf_out_bits { ", bit-identical" } else { "" },
+        BF16_OUT_TOL.atol,
+        BF16_OUT_TOL.rtol,
+        verdict(vf_out_ok)
+    );
+    let same = |ok: bool| if ok { "BIT-IDENTICAL" } else { "DIFFERENT" };
+    println!(
+        "    deferred (VF) committed checkpoints vs ReplaySSM V+F, at every step and after the final flush: {}: {}",
+        same(vf_vs_rs),
+        verdict(vf_vs_rs)
+    );
+    println!(
+        "    deferred (VF) committed checkpoints vs the baseline, at every step and after the final flush: {}: {}",
+        same(vf_vs_base),
+        verdict(vf_vs_base)
+    );
+    println!(
+        "    wall time on this backend: ReplaySSM V+F {:.2} s, deferred VF {:.2} s, baseline {:.2} s{}",
         t_rs.as_secs_f64(),
+        t_vf.as_secs_f64(),
         t_base.as_secs_f64(),
         if backend == Backend::Cuda {
             " (including host<->device copies: not a kernel timing)"
@@ -237,9 +334,11 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
     );
     let scratch_rs = layers * shape.slots * t * ring_record_bytes(&dims, dtype);
     let scratch_base = layers * batch * t * per_slot * 4;
+    // Two windows per slot (pending + new) and the pending table, `[NS, 2 + W]` i32.
+    let scratch_vf = 2 * scratch_rs + shape.slots * dring.entry_len() * 4;
     println!(
-        "    speculative scratch: ReplaySSM ring {} B (NL x NS x W x E), baseline snapshots {} B (NL x B x T x HV x V x K x 4)",
-        scratch_rs, scratch_base
+        "    speculative scratch: ReplaySSM ring {} B (NL x NS x W x E), deferred ring {} B (NL x NS x 2W x E + NS x (2+W) x 4), baseline snapshots {} B (NL x B x T x HV x V x K x 4)",
+        scratch_rs, scratch_vf, scratch_base
     );
     println!("[3] modelled bytes per step and layer (SPEC §8 floors; divide by ~4.3 TB/s on an H200):");
     for (name, d, b) in modelled_shapes(dims, batch) {
@@ -259,8 +358,14 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
             sb.recurrent_snapshots as f64 / rs as f64,
             sb.verify as f64 / sb.recurrent_snapshots as f64
         );
+        println!(
+            "      deferred VF (fold of the previous step's records + verify) {} B: {:.2}x fewer than recurrent with snapshots, {:.2}x fewer than verify + fold (modelled)",
+            sb.verify_fold,
+            sb.recurrent_snapshots as f64 / sb.verify_fold as f64,
+            rs as f64 / sb.verify_fold as f64
+        );
     }
-    let ok = r_ok && identical;
+    let ok = r_ok && identical && vf_out_ok && vf_vs_rs && vf_vs_base;
     println!("result: backend={backend} {}", if ok { "PASS" } else { "FAIL" });
     Ok(ok)
 }
