@@ -7,7 +7,7 @@
 //! the host one.
 mod common;
 
-use common::spec_chain::{each_impl, rng, run_verify, spec_pool};
+use common::spec_chain::{draw_windows, each_impl, recurrent_commit, rng, run_verify, spec_pool, Commit};
 use common::*;
 use rand::Rng;
 use replayssm::backend::Backend;
@@ -16,7 +16,7 @@ use replayssm::ffi;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::{fold, Track};
 use replayssm::tuning::{self, Choice, Kernel};
-use replayssm::{ActBuffer, CheckpointPool, DType, DeferredRing, Error, HeadDims, RecurrentOutputs, Variant};
+use replayssm::{ActBuffer, CheckpointPool, DType, DeferredRing, Error, HeadDims, Variant};
 use replayssm_tools::workload::RecurrentData;
 
 /// Steps per variant of the long chains; `REPLAYSSM_CHAIN_COMMITS` overrides (CI keeps the
@@ -103,21 +103,12 @@ fn chain_once(
     let v_default = tuning::forced(Kernel::V).is_none_or(|c| c == Choice::DEFAULT);
     let (mut folded, mut flushes, mut tracks) = (0usize, 0usize, 0usize);
     for step in 0..steps {
-        let mut s = spec(variant, dims, dtype, &vec![window; batch]);
-        s.raw_gate = step % 3 != 0;
-        s.spare_slots = num_slots - batch;
-        // Null rows now and then (the same in both worlds).
+        // Null rows now and then (the same in every world).
         let slots: Vec<i32> = live_slots
             .iter()
             .map(|&x| if r.gen_range(0..7) == 0 { -1 } else { x })
             .collect();
-        let windows: Vec<RecurrentData> = (0..layers)
-            .map(|l| {
-                let mut w = RecurrentData::random(&s, seed * 7_000_003 + (step * layers + l) as u64);
-                w.slots = slots.clone();
-                w
-            })
-            .collect();
+        let windows = draw_windows(variant, dims, dtype, layers, window, num_slots, &slots, seed, step);
         // V + F world: the verify.
         let mut outs_v = vec![];
         for (l, w) in windows.iter().enumerate() {
@@ -175,66 +166,14 @@ fn chain_once(
                 }
             }
         }
-        // Accept lengths include 0 and W; tracks on some rows.
-        let accept: Vec<i32> = (0..batch)
-            .map(|b| match (slots[b] >= 0, r.gen_range(0..6)) {
-                (false, _) => 0,
-                (_, 0) => 0,
-                (_, 1) => window as i32,
-                _ => r.gen_range(1..=window as i32),
-            })
-            .collect();
-        let track_slots: Vec<i32> = (0..batch)
-            .map(|b| {
-                if accept[b] > 0 && r.gen_bool(0.3) {
-                    track_of[b]
-                } else {
-                    -1
-                }
-            })
-            .collect();
-        let track_steps: Vec<i32> = (0..batch)
-            .map(|b| {
-                if track_slots[b] >= 0 {
-                    r.gen_range(0..accept[b])
-                } else {
-                    -1
-                }
-            })
-            .collect();
-        fold(
-            backend,
-            &mut pool_f,
-            &ring,
-            &slots,
-            &accept,
-            Some(Track {
-                slots: &track_slots[..],
-                steps: &track_steps[..],
-            }),
-        )
-        .unwrap();
-        let lens: Vec<usize> = accept.iter().map(|&n| n as usize).collect();
+        let commit = Commit::draw(&mut r, &slots, window, &track_of, 0.3);
+        let (accept, track_slots, track_steps) = (&commit.accept, &commit.track_slots, &commit.track_steps);
+        fold(backend, &mut pool_f, &ring, &slots, accept, Some(commit.track())).unwrap();
+        let lens = commit.lens();
         folded += lens.iter().sum::<usize>();
-        for (l, w) in windows.iter().enumerate() {
-            let acc = prefix(w, &lens);
-            let n = acc.num_tokens();
-            let mut o = ActBuffer::nan(dtype, n * dims.hv * dims.v);
-            let layer_pool = &mut pool_r[shape.pool_offset(l, 0)..shape.pool_offset(l + 1, 0)];
-            replayssm_tools::staged::recurrent(
-                backend,
-                &acc.inputs(),
-                &mut RecurrentOutputs {
-                    o: o.dense_mut(n, dims.hv * dims.v),
-                    state: layer_pool,
-                    write_state: true,
-                    snapshots: None,
-                },
-            )
-            .unwrap();
-        }
+        recurrent_commit(backend, &shape, &mut pool_r, &windows, &lens, false);
         // Deferred world: the commit (nothing folded yet: the records stay pending).
-        dring.commit(&slots, &accept).unwrap();
+        dring.commit(&slots, accept).unwrap();
         for b in 0..batch {
             if slots[b] >= 0 {
                 pending_track[b] = (track_slots[b], track_steps[b]);
@@ -250,7 +189,7 @@ fn chain_once(
         if r.gen_range(0..5) == 0 {
             let b = r.gen_range(0..batch);
             let slot = live_slots[b];
-            dring.flush(backend, &mut pool_vf, &[slot]).unwrap();
+            replayssm_tools::staged::defer_flush(backend, &mut pool_vf, &mut dring, &[slot]).unwrap();
             pending_track[b] = (-1, -1);
             flushes += 1;
             for l in 0..layers {
@@ -264,7 +203,7 @@ fn chain_once(
     }
     // The end: flush everything; every slot but the track slots (written at different times in
     // the two worlds) is bit-identical.
-    dring.flush(backend, &mut pool_vf, live_slots).unwrap();
+    replayssm_tools::staged::defer_flush(backend, &mut pool_vf, &mut dring, live_slots).unwrap();
     for l in 0..layers {
         for slot in [0usize, 3, 4, 6] {
             let range = slot_range(&shape, l, slot);
@@ -587,6 +526,48 @@ fn unflushed_slots_cannot_be_read_copied_or_handed_out() {
 /// matches the host one step for step: pools, rings and pending tables bit for bit.
 #[test]
 fn device_protocol_matches_the_host_protocol() {
+    device_protocol(Backend::Emulated);
+}
+
+/// On a GPU: the long chain (VF against V + F and R, CUDA kernels throughout) and the device-memory
+/// protocol on a CUDA stream. Skips, saying why, without a GPU; fails under REPLAYSSM_REQUIRE_GPU=1.
+#[test]
+fn vf_chain_and_device_protocol_on_the_gpu() {
+    if !replayssm_tools::testing::gpu_available("vf_chain_and_device_protocol_on_the_gpu") {
+        return;
+    }
+    let seed = 181 + std::process::id() as u64;
+    let _v = tuning::force(Kernel::V, Choice::DEFAULT);
+    let dims = HeadDims {
+        h: 2,
+        hv: 4,
+        k: 128,
+        v: 128,
+    };
+    chain_once(
+        Backend::Cuda,
+        Variant::Gdn,
+        dims,
+        DType::BF16,
+        2,
+        3,
+        chain_steps(2_000),
+        seed,
+    );
+    chain_once(
+        Backend::Cuda,
+        Variant::Kda,
+        dims,
+        DType::F16,
+        2,
+        3,
+        chain_steps(2_000),
+        seed + 1,
+    );
+    device_protocol(Backend::Cuda);
+}
+
+fn device_protocol(backend: Backend) {
     use replayssm::memory::{DeviceAct, DeviceVec, Stream};
     use replayssm_tools::staged::DeviceTokens;
     let (variant, dtype, window) = (Variant::Kda, DType::BF16, 4usize);
@@ -602,7 +583,7 @@ fn device_protocol_matches_the_host_protocol() {
     let start: Vec<f32> = (0..shape.pool_elems()).map(|_| r.gen_range(-0.5f32..0.5)).collect();
     let mut pool = deferred_pool(&shape, &start);
     let mut dring = DeferredRing::for_pool(&pool, window, dtype, true).unwrap();
-    let stream = Stream::new(Backend::Emulated).unwrap();
+    let stream = Stream::new(backend).unwrap();
     let mut dpool = pool.to_device(&stream).unwrap();
     let mut dd = dring.to_device(&stream, &dpool).unwrap();
     let live = [2i32, 0, 4];
@@ -619,7 +600,7 @@ fn device_protocol_matches_the_host_protocol() {
             let n = w.num_tokens();
             let mut o = ActBuffer::nan(dtype, n * 16);
             replayssm::verify_fold(
-                Backend::Emulated,
+                backend,
                 &w.inputs(),
                 &mut pool,
                 l,
@@ -656,9 +637,9 @@ fn device_protocol_matches_the_host_protocol() {
         stream.defer_commit(&mut dd, ds.as_slice(), da.as_slice()).unwrap();
         if step % 9 == 4 {
             let flush = [live[step as usize % 3]];
-            dring.flush(Backend::Emulated, &mut pool, &flush).unwrap();
+            replayssm_tools::staged::defer_flush(backend, &mut pool, &mut dring, &flush).unwrap();
             let fs = DeviceVec::from_host(&stream, &flush).unwrap();
-            let mut scratch = DeviceVec::<i32>::zeros(Backend::Emulated, window).unwrap();
+            let mut scratch = DeviceVec::<i32>::zeros(backend, window).unwrap();
             stream
                 .defer_flush(&mut dpool, &mut dd, fs.as_slice(), scratch.as_mut_slice())
                 .unwrap();

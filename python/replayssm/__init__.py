@@ -692,7 +692,8 @@ def verify_fold(q, k, v, *, state, slots, cu_seqlens, layer, ring, pending, pare
     """Kernel VF (deferred fold) of layer `layer`: replays each live slot's pending records
     (`pending` [NS, 2 + W] int32) into its checkpoint (state [NL, NS, HV, V, K], written), then
     verifies the new window from that state (VT with `parent`) and writes its raw records into the
-    other half of `ring` (ring positions 2 W). After every layer: defer(DeferOp.COMMIT, ...)."""
+    other half of `ring` (ring positions 2 W). Once per step, after sampling (every layer's VF done):
+    defer(DeferOp.COMMIT, ...)."""
     c = _Call("replayssm_verify_fold")
     p = _abi.VerifyFoldParams(struct_size=ctypes.sizeof(_abi.VerifyFoldParams))
     o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)

@@ -245,6 +245,28 @@ pub enum replayssm_cursor_op {
     REPLAYSSM_CURSOR_RESET = 2,
 }
 
+/// Hands the verify's field list, written once, to `$m` (the verify's mirror and VF's nested
+/// verify, whose ABI struct repeats those fields flat).
+macro_rules! with_verify_fields {
+    ($m:ident!($($args:tt)*)) => {
+        $m! { $($args)* {
+            q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, parent, slots, state, o, ring_v, ring_k,
+            ring_g, ring_beta, error_word, q_stride, k_stride, v_stride, a_stride, b_stride, o_stride,
+            num_tokens, batch, max_seqlen, num_slots, num_layers, layer, window, H, HV, K, V, scale,
+            dtype, variant, qk_l2norm,
+        } }
+    };
+}
+
+/// `$ty` built from the same-named fields of `$src` (the rest default).
+macro_rules! copy_fields {
+    ($src:expr => $ty:path { $($f:ident),* $(,)? }) => {{
+        let s = $src;
+        #[allow(clippy::needless_update)] // the kernel structs with implementation fields need it
+        $ty { $($f: s.$f,)* ..Default::default() }
+    }};
+}
+
 /// Kernel VF (deferred fold: fold-then-verify of one layer) of `replayssm_verify_fold`: the
 /// fields of `replayssm_verify_params` (the verify of the new window; the ring pointers are
 /// required, `window` is 2 W: two halves), then the pending table `[num_slots, 2 + W]` and F's
@@ -303,53 +325,8 @@ pub struct replayssm_verify_fold_params {
 impl replayssm_verify_fold_params {
     /// The kernel layer's struct of these params (the verify's fields nested, as VF takes them).
     pub fn kernel(&self) -> ffi::rssm_verify_fold_params {
-        let verify = replayssm_verify_params {
-            struct_size: 0,
-            flags: self.flags,
-            q: self.q,
-            k: self.k,
-            v: self.v,
-            a: self.a,
-            b: self.b,
-            A_log: self.A_log,
-            dt_bias: self.dt_bias,
-            g: self.g,
-            beta: self.beta,
-            cu_seqlens: self.cu_seqlens,
-            parent: self.parent,
-            slots: self.slots,
-            state: self.state,
-            o: self.o,
-            ring_v: self.ring_v,
-            ring_k: self.ring_k,
-            ring_g: self.ring_g,
-            ring_beta: self.ring_beta,
-            error_word: self.error_word,
-            q_stride: self.q_stride,
-            k_stride: self.k_stride,
-            v_stride: self.v_stride,
-            a_stride: self.a_stride,
-            b_stride: self.b_stride,
-            o_stride: self.o_stride,
-            num_tokens: self.num_tokens,
-            batch: self.batch,
-            max_seqlen: self.max_seqlen,
-            num_slots: self.num_slots,
-            num_layers: self.num_layers,
-            layer: self.layer,
-            window: self.window,
-            H: self.H,
-            HV: self.HV,
-            K: self.K,
-            V: self.V,
-            scale: self.scale,
-            dtype: self.dtype,
-            variant: self.variant,
-            qk_l2norm: self.qk_l2norm,
-            reserved: self.reserved,
-        };
         ffi::rssm_verify_fold_params {
-            verify: verify.kernel(),
+            verify: with_verify_fields!(copy_fields!(self => ffi::rssm_verify_params)),
             pending: self.pending,
             track_slots: self.track_slots,
             track_steps: self.track_steps,
@@ -428,12 +405,7 @@ mirror!(replayssm_recurrent_params => rssm_recurrent_params {
     num_slots, H, HV, K, V, scale, dtype, variant, qk_l2norm, write_state,
 } reserved: reserved);
 
-mirror!(replayssm_verify_params => rssm_verify_params {
-    q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, parent, slots, state, o, ring_v, ring_k,
-    ring_g, ring_beta, error_word, q_stride, k_stride, v_stride, a_stride, b_stride, o_stride,
-    num_tokens, batch, max_seqlen, num_slots, num_layers, layer, window, H, HV, K, V, scale,
-    dtype, variant, qk_l2norm,
-} reserved: reserved);
+with_verify_fields!(mirror!(replayssm_verify_params => rssm_verify_params));
 
 mirror!(replayssm_fold_params => rssm_fold_params {
     state, ring_v, ring_k, ring_g, ring_beta, slots, accept_lens, track_slots, track_steps,

@@ -100,6 +100,144 @@ pub fn each_impl(backend: Backend, mut f: impl FnMut()) {
     }
 }
 
+/// One step's windows, one per layer, every row on `slots` (fresh inputs per step and layer; raw
+/// gates on two steps of three). The chains of tests/fold.rs and tests/verify_fold.rs draw theirs
+/// here.
+#[allow(clippy::too_many_arguments)]
+pub fn draw_windows(
+    variant: Variant,
+    dims: HeadDims,
+    dtype: DType,
+    layers: usize,
+    window: usize,
+    num_slots: usize,
+    slots: &[i32],
+    seed: u64,
+    step: usize,
+) -> Vec<RecurrentData> {
+    let mut s = spec(variant, dims, dtype, &vec![window; slots.len()]);
+    s.raw_gate = step % 3 != 0;
+    s.spare_slots = num_slots - slots.len();
+    (0..layers)
+        .map(|l| {
+            let mut w = RecurrentData::random(&s, seed * 7_000_003 + (step * layers + l) as u64);
+            w.slots = slots.to_vec();
+            w
+        })
+        .collect()
+}
+
+/// What a step commits: accept lengths with 0 and W among them (0 on null rows), and on some
+/// rows a track of a random committed step into that row's `track_of` slot.
+pub struct Commit {
+    pub accept: Vec<i32>,
+    pub track_slots: Vec<i32>,
+    pub track_steps: Vec<i32>,
+}
+
+impl Commit {
+    pub fn draw(
+        r: &mut rand_chacha::ChaCha8Rng,
+        slots: &[i32],
+        window: usize,
+        track_of: &[i32],
+        p_track: f64,
+    ) -> Commit {
+        let accept: Vec<i32> = slots
+            .iter()
+            .map(|&slot| {
+                let n = match r.gen_range(0..6) {
+                    0 => 0,
+                    1 => window as i32,
+                    _ => r.gen_range(1..=window as i32),
+                };
+                if slot < 0 {
+                    0
+                } else {
+                    n
+                }
+            })
+            .collect();
+        let track_slots: Vec<i32> = (0..slots.len())
+            .map(|b| {
+                if accept[b] > 0 && r.gen_bool(p_track) {
+                    track_of[b]
+                } else {
+                    -1
+                }
+            })
+            .collect();
+        let track_steps: Vec<i32> = (0..slots.len())
+            .map(|b| {
+                if track_slots[b] >= 0 {
+                    r.gen_range(0..accept[b])
+                } else {
+                    -1
+                }
+            })
+            .collect();
+        Commit {
+            accept,
+            track_slots,
+            track_steps,
+        }
+    }
+
+    pub fn track(&self) -> Track<'_> {
+        Track {
+            slots: &self.track_slots,
+            steps: &self.track_steps,
+        }
+    }
+
+    pub fn lens(&self) -> Vec<usize> {
+        self.accept.iter().map(|&n| n as usize).collect()
+    }
+}
+
+/// The recurrent baseline's commit: kernel R over each layer's accepted prefix into `pool_r`
+/// (the whole pool, layer-major). With `snapshots`, returns each layer's R snapshots
+/// `[B, max(lens, 1), state]`.
+pub fn recurrent_commit(
+    backend: Backend,
+    shape: &RingShape,
+    pool_r: &mut [f32],
+    windows: &[RecurrentData],
+    lens: &[usize],
+    snapshots: bool,
+) -> Vec<Vec<f32>> {
+    let (dims, dtype) = (shape.dims, shape.dtype);
+    let tmax = lens.iter().copied().max().unwrap_or(0).max(1);
+    let mut out = vec![];
+    for (l, w) in windows.iter().enumerate() {
+        let acc = prefix(w, lens);
+        let n = acc.num_tokens();
+        let layer_pool = &mut pool_r[shape.pool_offset(l, 0)..shape.pool_offset(l + 1, 0)];
+        let mut o = ActBuffer::nan(dtype, n * dims.hv * dims.v);
+        let mut snaps = vec![
+            f32::NAN;
+            if snapshots {
+                lens.len() * tmax * dims.state_elems()
+            } else {
+                0
+            }
+        ];
+        replayssm_tools::staged::recurrent(
+            backend,
+            &acc.inputs(),
+            &mut RecurrentOutputs {
+                o: o.dense_mut(n, dims.hv * dims.v),
+                state: layer_pool,
+                write_state: true,
+                snapshots: snapshots.then_some(&mut snaps[..]),
+            },
+        )
+        .unwrap();
+        out.push(snaps);
+    }
+    out
+}
+
 /// [`chain_once`] for every implementation ([`each_impl`]).
 #[allow(clippy::too_many_arguments)]
 pub fn chain(
@@ -152,80 +290,21 @@ fn chain_once(
     let per_slot = dims.state_elems();
     let mut total_accepted = 0usize;
     for step in 0..commits {
-        let mut s = spec(variant, dims, dtype, &vec![window; batch]);
-        s.raw_gate = step % 3 != 0;
-        s.spare_slots = num_slots - batch;
-        let windows: Vec<RecurrentData> = (0..layers)
-            .map(|l| {
-                let mut w = RecurrentData::random(&s, seed * 7_000_003 + (step * layers + l) as u64);
-                w.slots = live_slots.to_vec();
-                w
-            })
-            .collect();
+        let windows = draw_windows(variant, dims, dtype, layers, window, num_slots, live_slots, seed, step);
         for (l, w) in windows.iter().enumerate() {
             run_verify(backend, w, &pool_f, l, Some(&mut ring)).unwrap();
         }
-        // Accept lengths include 0 and W; track a random step of some requests.
-        let accept: Vec<i32> = (0..batch)
-            .map(|_| match r.gen_range(0..6) {
-                0 => 0,
-                1 => window as i32,
-                _ => r.gen_range(1..=window as i32),
-            })
-            .collect();
-        let track_slots: Vec<i32> = (0..batch)
-            .map(|b| {
-                if accept[b] > 0 && r.gen_bool(0.4) {
-                    [1, 2, 5][b]
-                } else {
-                    -1
-                }
-            })
-            .collect();
-        let track_steps: Vec<i32> = (0..batch)
-            .map(|b| {
-                if track_slots[b] >= 0 {
-                    r.gen_range(0..accept[b])
-                } else {
-                    -1
-                }
-            })
-            .collect();
-        fold(
-            backend,
-            &mut pool_f,
-            &ring,
-            live_slots,
-            &accept,
-            Some(Track {
-                slots: &track_slots[..],
-                steps: &track_steps[..],
-            }),
-        )
-        .unwrap();
+        let commit = Commit::draw(&mut r, live_slots, window, &[1, 2, 5], 0.4);
+        let (accept, track_slots, track_steps) = (&commit.accept, &commit.track_slots, &commit.track_steps);
+        fold(backend, &mut pool_f, &ring, live_slots, accept, Some(commit.track())).unwrap();
         for l in 0..layers {
-            replay(backend, &mut pool_p, &ring, l, live_slots, &accept).unwrap();
+            replay(backend, &mut pool_p, &ring, l, live_slots, accept).unwrap();
         }
-        let lens: Vec<usize> = accept.iter().map(|&n| n as usize).collect();
+        let lens = commit.lens();
         total_accepted += lens.iter().sum::<usize>();
-        for (l, w) in windows.iter().enumerate() {
-            let acc = prefix(w, &lens);
-            let n = acc.num_tokens();
-            let layer_pool = &mut pool_r[shape.pool_offset(l, 0)..shape.pool_offset(l + 1, 0)];
-            let mut o = ActBuffer::nan(dtype, n * dims.hv * dims.v);
-            let tmax = lens.iter().copied().max().unwrap_or(0).max(1);
-            let mut snaps = vec![f32::NAN; batch * tmax * per_slot];
-            replayssm_tools::staged::recurrent(
-                backend,
-                &acc.inputs(),
-                &mut RecurrentOutputs {
-                    o: o.dense_mut(n, dims.hv * dims.v),
-                    state: layer_pool,
-                    write_state: true,
-                    snapshots: Some(&mut snaps),
-                },
-            )
-            .unwrap();
+        let tmax = lens.iter().copied().max().unwrap_or(0).max(1);
+        let snaps = recurrent_commit(backend, &shape, &mut pool_r, &windows, &lens, true);
+        for (l, snaps) in snaps.iter().enumerate() {
             for b in 0..batch {
                 if track_slots[b] >= 0 {
                     let ts = track_slots[b] as usize;
