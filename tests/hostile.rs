@@ -20,8 +20,9 @@ use replayssm_status::*;
 
 const EMU: i32 = replayssm_backend::REPLAYSSM_BACKEND_EMULATED as i32;
 
-// A small problem every entry can run: 2 layers, 4 slots, window and cache length 4, 2 requests of
-// 2 tokens, H = 1, HV = 2, K = 32, V = 8, f32 activations, precomputed GDN gates.
+// A small problem every entry can run: 2 layers, 4 slots, window and cache length 4 (the deferred
+// fold's ring: two halves of WD = 2), 2 requests of 2 tokens, H = 1, HV = 2, K = 32, V = 8, f32
+// activations, precomputed GDN gates.
 const NL: usize = 2;
 const NS: usize = 4;
 const W: usize = 4;
@@ -33,6 +34,8 @@ const H: usize = 1;
 const HV: usize = 2;
 const K: usize = 32;
 const V: usize = 8;
+/// The deferred fold's W: its ring holds two halves of WD positions, the W positions above.
+const WD: usize = W / 2;
 const GUARD: usize = 32;
 const GUARD_BITS: u32 = 0x7fc0_0bad;
 
@@ -110,6 +113,7 @@ struct World {
     positions: Guarded<i32>,
     force: Guarded<i32>,
     cursors: Guarded<i32>,
+    pending: Guarded<i32>,
     word: Guarded<u32>,
 }
 
@@ -143,6 +147,9 @@ impl World {
             positions: ints(&[1, 0]),
             force: ints(&[0, 0]),
             cursors: ints(&[0, 1, 0, 0]),
+            // The deferred fold's pending table [NS, 2 + WD]: slot 1 has 2 records in half 0,
+            // slot 3 one in half 1 (positions 2..4), the free slots nothing.
+            pending: ints(&[0, 0, -1, -1, 2, 0, 0, 1, 0, 0, -1, -1, 1, 1, 2, -1]),
             word: Guarded::new([0u32], GUARD_BITS),
         }
     }
@@ -176,7 +183,7 @@ impl World {
                 return Err(name);
             }
         }
-        let is: [(&str, &Guarded<i32>); 10] = [
+        let is: [(&str, &Guarded<i32>); 11] = [
             ("slots", &self.slots),
             ("cu_seqlens", &self.cu),
             ("parent", &self.parent),
@@ -187,6 +194,7 @@ impl World {
             ("positions", &self.positions),
             ("force_flush", &self.force),
             ("cursors", &self.cursors),
+            ("pending", &self.pending),
         ];
         for (name, b) in is {
             if !b.guards_intact(GUARD_BITS as i32) {
@@ -216,6 +224,8 @@ impl World {
             && f(&self.dring_g, &other.dring_g)
             && self.positions == other.positions
             && self.cursors == other.cursors
+            && self.pending == other.pending
+            && self.paths == other.paths
             && self.word == other.word
     }
 }
@@ -230,9 +240,11 @@ enum Entry {
     Decode,
     Materialize,
     Cursors,
+    VerifyFold,
+    Defer,
 }
 
-const ENTRIES: [Entry; 7] = [
+const ENTRIES: [Entry; 9] = [
     Entry::Recurrent,
     Entry::Verify,
     Entry::Fold,
@@ -240,6 +252,8 @@ const ENTRIES: [Entry; 7] = [
     Entry::Decode,
     Entry::Materialize,
     Entry::Cursors,
+    Entry::VerifyFold,
+    Entry::Defer,
 ];
 
 /// The params of any entry (each a plain C struct).
@@ -251,6 +265,8 @@ enum Params {
     Replay(replayssm_replay_params),
     Decode(replayssm_decode_params, bool),
     Cursors(replayssm_cursor_params),
+    VerifyFold(replayssm_verify_fold_params),
+    Defer(replayssm_defer_params),
 }
 
 macro_rules! token_fields {
@@ -397,6 +413,44 @@ impl Entry {
                 op: 1,
                 ..Default::default()
             }),
+            Entry::VerifyFold => {
+                // Tree verify (parent set) of layer 1 on the 2 WD ring, folding each live slot's
+                // pending records first; row 0 snapshots its step 1 into free slot 0.
+                let mut p = replayssm_verify_fold_params::default();
+                token_fields!(p, w, N);
+                p.cu_seqlens = w.cu.ptr();
+                p.parent = w.parent.ptr();
+                p.slots = w.slots.ptr();
+                p.state = w.state.ptr();
+                p.ring_v = w.ring_v.ptr().cast();
+                p.ring_k = w.ring_k.ptr().cast();
+                p.ring_g = w.ring_g.ptr();
+                p.ring_beta = w.ring_beta.ptr();
+                p.num_tokens = N as i32;
+                p.batch = B as i32;
+                p.max_seqlen = T as i32;
+                p.num_slots = NS as i32;
+                p.num_layers = NL as i32;
+                p.layer = 1;
+                p.window = (2 * WD) as i32;
+                p.pending = w.pending.ptr();
+                p.track_slots = w.track_slots.ptr();
+                p.track_steps = w.track_steps.ptr();
+                Params::VerifyFold(p)
+            }
+            // COMMIT of the accepted lengths (GATHER writes `paths`, [B, WD] of its 8).
+            Entry::Defer => Params::Defer(replayssm_defer_params {
+                pending: w.pending.ptr(),
+                slots: w.slots.ptr(),
+                accept_lens: w.lens.ptr(),
+                paths: w.paths.ptr(),
+                error_word: w.word.ptr(),
+                batch: B as i32,
+                num_slots: NS as i32,
+                window: WD as i32,
+                op: replayssm_defer_op::REPLAYSSM_DEFER_COMMIT as i32,
+                ..Default::default()
+            }),
         }
     }
 }
@@ -411,6 +465,8 @@ impl Params {
             Params::Decode(_, false) => "replayssm_decode",
             Params::Decode(_, true) => "replayssm_decode_materialize",
             Params::Cursors(_) => "replayssm_decode_cursors",
+            Params::VerifyFold(_) => "replayssm_verify_fold",
+            Params::Defer(_) => "replayssm_defer",
         }
     }
 
@@ -437,6 +493,8 @@ impl Params {
             Params::Decode(p, false) => replayssm_decode(backend, p, s),
             Params::Decode(p, true) => replayssm_decode_materialize(backend, p, s),
             Params::Cursors(p) => replayssm_decode_cursors(backend, p, s),
+            Params::VerifyFold(p) => replayssm_verify_fold(backend, p, s),
+            Params::Defer(p) => replayssm_defer(backend, p, s),
         }
     }
 
@@ -459,6 +517,8 @@ impl Params {
                 ffi::rssm_emu_decode_materialize(&k, s)
             }
             Params::Cursors(p) => ffi::rssm_emu_decode_cursors(&p.kernel(), s),
+            Params::VerifyFold(p) => ffi::rssm_emu_verify_fold(&p.kernel(), s),
+            Params::Defer(p) => ffi::rssm_emu_defer(&p.kernel(), s),
         }
     }
 }
@@ -756,7 +816,408 @@ fn catalogue() -> Vec<Named> {
         ),
     ];
     cases.extend(rest);
+    cases.extend(deferred_catalogue());
     cases
+}
+
+/// Slot `s`'s entry of the pending table ([NS, 2 + WD]: n, half, WD ring positions).
+fn entry(w: &mut World, s: usize) -> &mut [i32] {
+    &mut w.pending.body_mut()[s * (2 + WD)..(s + 1) * (2 + WD)]
+}
+
+/// The deferred fold's entries (VF and the defer kernel): their pending table, two-window ring,
+/// op and header.
+fn deferred_catalogue() -> Vec<Named> {
+    use Entry::*;
+    const INV: replayssm_status = REPLAYSSM_ERR_INVALID_ARGUMENT;
+    vec![
+        // The pending table, as VF reads it (live slots only).
+        (
+            VerifyFold,
+            "pending n over W",
+            |w, _| entry(w, 1)[0] = 3,
+            INV,
+            "pending[slot 1].n = 3 records, must be in 0..=2",
+        ),
+        (
+            VerifyFold,
+            "pending n negative",
+            |w, _| entry(w, 3)[0] = -1,
+            INV,
+            "pending[slot 3].n = -1 records, must be in 0..=2",
+        ),
+        (
+            VerifyFold,
+            "pending n = i32::MIN",
+            |w, _| entry(w, 1)[0] = i32::MIN,
+            INV,
+            "pending[slot 1].n = -2147483648 records",
+        ),
+        (
+            VerifyFold,
+            "pending half 2",
+            |w, _| entry(w, 1)[1] = 2,
+            INV,
+            "pending[slot 1].half = 2, must be 0 or 1",
+        ),
+        (
+            VerifyFold,
+            "pending half -1",
+            |w, _| entry(w, 3)[1] = -1,
+            INV,
+            "pending[slot 3].half = -1, must be 0 or 1",
+        ),
+        (
+            VerifyFold,
+            "pending positions not increasing",
+            |w, _| entry(w, 1).copy_from_slice(&[2, 0, 1, 0]),
+            INV,
+            "pending[slot 1] positions [1, 0]: each must be in half 0 (0..2) and increasing",
+        ),
+        (
+            VerifyFold,
+            "pending positions repeated",
+            |w, _| entry(w, 1).copy_from_slice(&[2, 0, 1, 1]),
+            INV,
+            "pending[slot 1] positions [1, 1]",
+        ),
+        (
+            VerifyFold,
+            "pending position in the other half",
+            |w, _| entry(w, 3)[2] = 1,
+            INV,
+            "pending[slot 3] positions [1]: each must be in half 1 (2..4) and increasing",
+        ),
+        (
+            VerifyFold,
+            "pending position past the ring",
+            |w, _| entry(w, 3)[2] = 4,
+            INV,
+            "pending[slot 3] positions [4]",
+        ),
+        (
+            VerifyFold,
+            "pending position negative",
+            |w, _| entry(w, 1)[2] = i32::MIN,
+            INV,
+            "pending[slot 1] positions [-2147483648, 1]",
+        ),
+        (
+            VerifyFold,
+            "pending NULL",
+            set!(VerifyFold, pending = ptr::null()),
+            INV,
+            "pending is NULL",
+        ),
+        // The two-window ring.
+        (
+            VerifyFold,
+            "window odd",
+            set!(VerifyFold, window = 3),
+            INV,
+            "window = 3: the deferred ring holds two windows, so it must be 2 W with W in 1..=16",
+        ),
+        (
+            VerifyFold,
+            "W over the max",
+            set!(VerifyFold, window = 34),
+            INV,
+            "window = 34: the deferred ring holds two windows",
+        ),
+        (
+            VerifyFold,
+            "W smaller than max_seqlen",
+            set!(VerifyFold, max_seqlen = 3),
+            INV,
+            "max_seqlen = 3 exceeds W = 2 (window / 2)",
+        ),
+        (
+            VerifyFold,
+            "window smaller than max_seqlen",
+            set!(VerifyFold, window = 1),
+            INV,
+            "window = 1 is smaller than max_seqlen = 2",
+        ),
+        (
+            VerifyFold,
+            "no ring",
+            |_, p| {
+                if let Params::VerifyFold(q) = p {
+                    q.ring_v = ptr::null_mut();
+                    q.ring_k = ptr::null_mut();
+                    q.ring_g = ptr::null_mut();
+                    q.ring_beta = ptr::null_mut();
+                }
+            },
+            INV,
+            "VF writes the new window to the ring: set ring_v, ring_k, ring_g, ring_beta",
+        ),
+        (
+            VerifyFold,
+            "half a ring",
+            set!(VerifyFold, ring_g = ptr::null_mut()),
+            INV,
+            "ring_v, ring_k, ring_g, ring_beta: set all four",
+        ),
+        // The track, against the pending counts.
+        (
+            VerifyFold,
+            "track step = the pending count",
+            |w, _| w.track_steps.body_mut()[0] = 2,
+            INV,
+            "track_steps[0] = 2 is outside 0..2",
+        ),
+        (
+            VerifyFold,
+            "track on a slot with nothing pending",
+            |w, _| entry(w, 1)[0] = 0,
+            INV,
+            "track_steps[0] = 1 is outside 0..0: row 0 commits 0 steps",
+        ),
+        (
+            VerifyFold,
+            "track slot = a live slot",
+            |w, _| w.track_slots.body_mut()[0] = 3,
+            INV,
+            "track_slots[0] = 3 is also slots[1]",
+        ),
+        (
+            VerifyFold,
+            "track slot out of range",
+            |w, _| w.track_slots.body_mut()[0] = 4,
+            INV,
+            "track_slots[0] = 4 is out of range",
+        ),
+        (
+            VerifyFold,
+            "track_steps without track_slots",
+            set!(VerifyFold, track_slots = ptr::null()),
+            INV,
+            "track_slots and track_steps: set both or neither",
+        ),
+        // The verify's own indices and fields.
+        (
+            VerifyFold,
+            "parent of a later node",
+            |w, _| w.parent.body_mut()[3] = 1,
+            INV,
+            "parent[3] = 1 (request 1, node 1)",
+        ),
+        (
+            VerifyFold,
+            "slot out of range",
+            |w, _| w.slots.body_mut()[0] = 4,
+            INV,
+            "slots[0] = 4 is out of range",
+        ),
+        (
+            VerifyFold,
+            "layer = num_layers",
+            set!(VerifyFold, layer = 2),
+            INV,
+            "layer = 2, must be in 0..=1",
+        ),
+        (VerifyFold, "flags set", set!(VerifyFold, flags = 2), INV, "flags = 0x2"),
+        (
+            VerifyFold,
+            "reserved set",
+            set!(VerifyFold, reserved = 7),
+            INV,
+            "reserved = 7",
+        ),
+        (
+            VerifyFold,
+            "struct_size of the verify's struct",
+            set!(
+                VerifyFold,
+                struct_size = std::mem::size_of::<replayssm_verify_params>() as u32
+            ),
+            REPLAYSSM_ERR_STRUCT_SIZE,
+            "replayssm_verify_fold_params.struct_size is 272",
+        ),
+        (
+            VerifyFold,
+            "v stride x tokens wraps",
+            set!(VerifyFold, v_stride = 1 << 62),
+            INV,
+            "v: 4 rows of stride 4611686018427387904",
+        ),
+        // The defer kernel: its op, sizes, per-op arrays and the table it reads.
+        (
+            Defer,
+            "op 3",
+            set!(Defer, op = 3),
+            INV,
+            "op (0 = COMMIT, 1 = GATHER, 2 = RESET) = 3, must be in 0..=2",
+        ),
+        (
+            Defer,
+            "op negative",
+            set!(Defer, op = i32::MIN),
+            INV,
+            "op (0 = COMMIT, 1 = GATHER, 2 = RESET) = -2147483648",
+        ),
+        (
+            Defer,
+            "W over the max",
+            set!(Defer, window = 17),
+            INV,
+            "window (W) = 17, must be in 1..=16",
+        ),
+        (
+            Defer,
+            "W zero",
+            set!(Defer, window = 0),
+            INV,
+            "window (W) = 0, must be in 1..=16",
+        ),
+        (
+            Defer,
+            "batch over the max",
+            set!(Defer, batch = 65536),
+            INV,
+            "batch = 65536, must be in 1..=65535",
+        ),
+        (
+            Defer,
+            "num_slots zero",
+            set!(Defer, num_slots = 0),
+            INV,
+            "num_slots = 0, must be at least 1",
+        ),
+        (
+            Defer,
+            "pending NULL",
+            set!(Defer, pending = ptr::null_mut()),
+            INV,
+            "pending is NULL",
+        ),
+        (
+            Defer,
+            "GATHER without paths",
+            |_, p| {
+                if let Params::Defer(q) = p {
+                    q.op = replayssm_defer_op::REPLAYSSM_DEFER_GATHER as i32;
+                    q.paths = ptr::null_mut();
+                }
+            },
+            INV,
+            "paths is NULL",
+        ),
+        (
+            Defer,
+            "COMMIT with neither lengths nor paths",
+            set!(Defer, accept_lens = ptr::null()),
+            INV,
+            "COMMIT: give exactly one of accept_lens and accept_paths",
+        ),
+        (
+            Defer,
+            "COMMIT with both lengths and paths",
+            |w, p| {
+                if let Params::Defer(q) = p {
+                    q.accept_paths = w.paths.ptr();
+                    q.path_width = WD as i32;
+                }
+            },
+            INV,
+            "COMMIT: give exactly one of accept_lens and accept_paths",
+        ),
+        (
+            Defer,
+            "path_width without paths",
+            set!(Defer, path_width = 2),
+            INV,
+            "path_width must be 0 without accept_paths",
+        ),
+        (
+            Defer,
+            "path_width over W",
+            |w, p| {
+                if let Params::Defer(q) = p {
+                    q.accept_lens = ptr::null();
+                    q.accept_paths = w.paths.ptr();
+                    q.path_width = 3;
+                }
+            },
+            INV,
+            "path_width (columns of accept_paths) = 3, must be in 1..=2",
+        ),
+        (
+            Defer,
+            "accept length over W",
+            |w, _| w.lens.body_mut()[1] = 3,
+            INV,
+            "accept_lens[1] = 3 is outside 0..=2",
+        ),
+        (
+            Defer,
+            "accepted path not increasing",
+            |w, p| {
+                w.paths.body_mut()[..2].copy_from_slice(&[1, 0]);
+                if let Params::Defer(q) = p {
+                    q.accept_lens = ptr::null();
+                    q.accept_paths = w.paths.ptr();
+                    q.path_width = WD as i32;
+                }
+            },
+            INV,
+            "accept_paths[0][1] = 0",
+        ),
+        (
+            Defer,
+            "slot out of range",
+            |w, _| w.slots.body_mut()[1] = -2,
+            INV,
+            "slots[1] = -2 is out of range",
+        ),
+        (
+            Defer,
+            "COMMIT over a half that is neither 0 nor 1",
+            |w, _| entry(w, 3)[1] = 9,
+            INV,
+            "pending[slot 3].half = 9, must be 0 or 1",
+        ),
+        (
+            Defer,
+            "GATHER of a count over W",
+            |w, p| {
+                entry(w, 1)[0] = 5;
+                if let Params::Defer(q) = p {
+                    q.op = replayssm_defer_op::REPLAYSSM_DEFER_GATHER as i32;
+                }
+            },
+            INV,
+            "pending[slot 1].n = 5 records, must be in 0..=2",
+        ),
+        (
+            Defer,
+            "GATHER of positions out of order",
+            |w, p| {
+                entry(w, 1).copy_from_slice(&[2, 0, 1, 0]);
+                if let Params::Defer(q) = p {
+                    q.op = replayssm_defer_op::REPLAYSSM_DEFER_GATHER as i32;
+                }
+            },
+            INV,
+            "pending[slot 1] positions [1, 0]",
+        ),
+        (
+            Defer,
+            "flags set",
+            set!(Defer, flags = 1 << 31),
+            INV,
+            "flags = 0x80000000",
+        ),
+        (Defer, "reserved set", set!(Defer, reserved = -1), INV, "reserved = -1"),
+        (
+            Defer,
+            "struct_size short",
+            set!(Defer, struct_size = 64),
+            REPLAYSSM_ERR_STRUCT_SIZE,
+            "replayssm_defer_params.struct_size is 64",
+        ),
+    ]
 }
 
 #[test]
@@ -790,10 +1251,15 @@ type Flagged = (Entry, &'static str, Edit, u32);
 fn device_cases() -> Vec<Flagged> {
     let dup = ffi::RSSM_DEVERR_DUPLICATE_SLOT;
     let step = ffi::RSSM_DEVERR_TRACK_STEP;
-    // Every entry, its two rows on one live slot (3).
+    // Every entry, its two rows on one live slot (3). VF also flags row 0's track: a skipped row
+    // commits no step to snapshot (F drops it unflagged: its track check passes before the
+    // duplicate is found).
     let mut cases: Vec<Flagged> = ENTRIES
         .iter()
-        .map(|&e| (e, "duplicate slots", same_slot as Edit, dup))
+        .map(|&e| {
+            let bits = if e == Entry::VerifyFold { dup | step } else { dup };
+            (e, "duplicate slots", same_slot as Edit, bits)
+        })
         .collect();
     let rest: Vec<Flagged> = vec![
         (
@@ -831,7 +1297,219 @@ fn device_cases() -> Vec<Flagged> {
         ),
     ];
     cases.extend(rest);
+    cases.extend(deferred_device_cases().into_iter().map(|(case, _)| case));
     cases
+}
+
+/// The deferred fold's device-side garbage (VF's pending entries and track, the defer kernel's
+/// table, lengths and paths), each with the row the kernel must skip (None: only a track).
+fn deferred_device_cases() -> Vec<(Flagged, Option<usize>)> {
+    use Entry::{Defer, VerifyFold};
+    let len = ffi::RSSM_DEVERR_BAD_LENGTH;
+    let tree = ffi::RSSM_DEVERR_BAD_TREE;
+    let step = ffi::RSSM_DEVERR_TRACK_STEP;
+    let dup = ffi::RSSM_DEVERR_DUPLICATE_SLOT;
+    let range = ffi::RSSM_DEVERR_SLOT_OUT_OF_RANGE;
+    fn gather(p: &mut Params) {
+        if let Params::Defer(q) = p {
+            q.op = replayssm_defer_op::REPLAYSSM_DEFER_GATHER as i32;
+        }
+    }
+    vec![
+        // VF, slot 3 (row 1, untracked): the request is skipped, row 0 served as with a clean table.
+        (
+            (VerifyFold, "pending n over W", |w, _| entry(w, 3)[0] = 3, len),
+            Some(1),
+        ),
+        (
+            (VerifyFold, "pending n negative", |w, _| entry(w, 3)[0] = -7, len),
+            Some(1),
+        ),
+        ((VerifyFold, "pending half 2", |w, _| entry(w, 3)[1] = 2, len), Some(1)),
+        (
+            (
+                VerifyFold,
+                "pending half i32::MIN",
+                |w, _| entry(w, 3)[1] = i32::MIN,
+                len,
+            ),
+            Some(1),
+        ),
+        (
+            (
+                VerifyFold,
+                "pending position in the other half",
+                |w, _| entry(w, 3)[2] = 0,
+                tree,
+            ),
+            Some(1),
+        ),
+        (
+            (
+                VerifyFold,
+                "pending position past the ring",
+                |w, _| entry(w, 3)[2] = i32::MAX,
+                tree,
+            ),
+            Some(1),
+        ),
+        (
+            (
+                VerifyFold,
+                "pending position negative",
+                |w, _| entry(w, 3)[2] = -1,
+                tree,
+            ),
+            Some(1),
+        ),
+        // Slot 1 (row 0, tracked): skipped, and its track with it (nothing committed to snapshot).
+        (
+            (
+                VerifyFold,
+                "pending positions out of order on the tracked row",
+                |w, _| entry(w, 1).copy_from_slice(&[2, 0, 1, 0]),
+                tree | step,
+            ),
+            Some(0),
+        ),
+        (
+            (
+                VerifyFold,
+                "pending n = i32::MAX on the tracked row",
+                |w, _| entry(w, 1)[0] = i32::MAX,
+                len | step,
+            ),
+            Some(0),
+        ),
+        (
+            (
+                VerifyFold,
+                "track step past the pending count",
+                |w, _| w.track_steps.body_mut()[0] = 2,
+                step,
+            ),
+            None,
+        ),
+        (
+            (
+                VerifyFold,
+                "track slot = a live slot",
+                |w, _| w.track_slots.body_mut()[0] = 3,
+                dup,
+            ),
+            None,
+        ),
+        (
+            (
+                VerifyFold,
+                "parent of a later node",
+                |w, _| w.parent.body_mut()[3] = 1,
+                tree,
+            ),
+            Some(1),
+        ),
+        // The defer kernel: the flagged row's entry (and gathered paths) as before, the other row
+        // committed or gathered as with clean inputs.
+        ((Defer, "COMMIT over half 9", |w, _| entry(w, 3)[1] = 9, len), Some(1)),
+        ((Defer, "COMMIT over half -1", |w, _| entry(w, 1)[1] = -1, len), Some(0)),
+        (
+            (Defer, "COMMIT of a length over W", |w, _| w.lens.body_mut()[1] = 3, len),
+            Some(1),
+        ),
+        (
+            (
+                Defer,
+                "COMMIT of a negative length",
+                |w, _| w.lens.body_mut()[0] = -1,
+                len,
+            ),
+            Some(0),
+        ),
+        (
+            (
+                Defer,
+                "COMMIT of a path out of order",
+                |w, p| {
+                    w.paths.body_mut()[..2].copy_from_slice(&[1, 0]);
+                    if let Params::Defer(q) = p {
+                        q.accept_lens = ptr::null();
+                        q.accept_paths = w.paths.ptr();
+                        q.path_width = WD as i32;
+                    }
+                },
+                tree,
+            ),
+            Some(0),
+        ),
+        (
+            (
+                Defer,
+                "GATHER of a count over W",
+                |w, p| {
+                    entry(w, 1)[0] = 5;
+                    gather(p);
+                },
+                len,
+            ),
+            Some(0),
+        ),
+        (
+            (
+                Defer,
+                "GATHER of a half 3",
+                |w, p| {
+                    entry(w, 3)[1] = 3;
+                    gather(p);
+                },
+                len,
+            ),
+            Some(1),
+        ),
+        (
+            (
+                Defer,
+                "GATHER of a position in the other half",
+                |w, p| {
+                    entry(w, 3)[2] = 0;
+                    gather(p);
+                },
+                tree,
+            ),
+            Some(1),
+        ),
+        (
+            (
+                Defer,
+                "GATHER of positions out of order",
+                |w, p| {
+                    entry(w, 1).copy_from_slice(&[2, 0, 1, 0]);
+                    gather(p);
+                },
+                tree,
+            ),
+            Some(0),
+        ),
+        (
+            (Defer, "slot out of range", |w, _| w.slots.body_mut()[1] = 4, range),
+            Some(1),
+        ),
+        // Last: the host refuses these (checks::params::defer reads the whole entry for COMMIT
+        // too), but the kernel's COMMIT checks only the half and overwrites the entry: a slot
+        // whose records were never folded (VF skipped it) would lose them silently on CUDA.
+        (
+            (Defer, "COMMIT over a count over W", |w, _| entry(w, 1)[0] = 3, len),
+            Some(0),
+        ),
+        (
+            (
+                Defer,
+                "COMMIT over positions out of order",
+                |w, _| entry(w, 1).copy_from_slice(&[2, 0, 1, 0]),
+                tree,
+            ),
+            Some(0),
+        ),
+    ]
 }
 
 #[test]
@@ -854,7 +1532,7 @@ fn the_kernels_flag_duplicate_slots_and_bad_track_steps_and_skip_those_rows() {
         // Every row on a duplicated slot was skipped: that slot's checkpoints (every layer), ring
         // records and cursor are as before.
         let slots = w.slots.body().to_vec();
-        if bit == dup && slots[0] == slots[1] {
+        if bit & dup != 0 && slots[0] == slots[1] {
             let s = slots[0] as usize;
             for l in 0..NL {
                 let at = (l * NS + s) * per_slot;
@@ -873,6 +1551,7 @@ fn the_kernels_flag_duplicate_slots_and_bad_track_steps_and_skip_those_rows() {
                 "{entry:?} {what}: decode ring written"
             );
             assert!(w.cursors == before.cursors, "{entry:?} {what}: cursor written");
+            assert!(w.pending == before.pending, "{entry:?} {what}: pending entry written");
         }
         if entry == Entry::Fold && bit != dup {
             // No snapshot was stored in the track slot 0 (or 2): its checkpoints are unchanged.
@@ -887,6 +1566,142 @@ fn the_kernels_flag_duplicate_slots_and_bad_track_steps_and_skip_those_rows() {
             }
         }
     }
+}
+
+/// The deferred fold's kernels on garbage (the kernel layer: no host checks): the bit flagged,
+/// the flagged row skipped (VF: its checkpoints, ring records and track slot as before, its
+/// outputs zero; defer: its pending entry as before, its gathered paths -1), the other row served
+/// exactly as with clean inputs, nothing written outside a buffer.
+#[test]
+fn the_deferred_fold_flags_garbage_pending_entries_and_skips_that_row() {
+    let world = World::new(13);
+    // Runs `edit` through the kernel layer; with `clean`, the same op on clean inputs instead
+    // (the same lengths or paths form): the reference of the row that is not skipped.
+    let launch = |entry: Entry, edit: Edit, clean: bool| {
+        let mut w = world.clone();
+        let mut p = entry.params(&mut w);
+        edit(&mut w, &mut p);
+        if clean {
+            let mut c = world.clone();
+            let mut q = entry.params(&mut c);
+            if let (Params::Defer(a), Params::Defer(b)) = (&p, &mut q) {
+                b.op = a.op;
+                if !a.accept_paths.is_null() {
+                    c.paths.body_mut()[..2 * WD].copy_from_slice(&[0, 1, -1, -1]);
+                    b.accept_lens = ptr::null();
+                    b.accept_paths = c.paths.ptr();
+                    b.path_width = WD as i32;
+                }
+            }
+            (w, p) = (c, q);
+        }
+        let before = w.clone();
+        // SAFETY: as in `run`; only device-side index values are garbage.
+        let st = unsafe { p.launch_kernel() };
+        assert_eq!(st, ffi::rssm_status_RSSM_OK, "{entry:?}: launch");
+        w.guards_intact()
+            .unwrap_or_else(|b| panic!("{entry:?}: wrote outside {b}"));
+        (p, before, w)
+    };
+    let per_slot = HV * V * K;
+    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+    let state_of = |w: &World, l: usize, s: usize| bits(&w.state.body()[(l * NS + s) * per_slot..][..per_slot]);
+    // Each ring's records of slot s in layer l ([NL, NS, rows per slot]).
+    let ring_of = |w: &World, l: usize, s: usize| -> Vec<Vec<u32>> {
+        [
+            (&w.ring_v, HV * W * V),
+            (&w.ring_k, H * W * K),
+            (&w.ring_g, HV * W),
+            (&w.ring_beta, HV * W),
+        ]
+        .iter()
+        .map(|(r, n)| bits(&r.body()[(l * NS + s) * n..][..*n]))
+        .collect()
+    };
+    let e = 2 + WD;
+    let cases = deferred_device_cases();
+    let n = cases.len();
+    for ((entry, what, edit, bit), skipped) in cases {
+        let (p, before, w) = launch(entry, edit, false);
+        let word = w.word.body()[0];
+        assert_eq!(word, bit, "{entry:?} {what}: error word {word:#x}");
+        let (_, _, clean) = launch(entry, edit, true);
+        assert_eq!(clean.word.body()[0], 0, "{entry:?} {what}: the clean run flagged");
+        let gather = matches!(p, Params::Defer(q) if q.op == replayssm_defer_op::REPLAYSSM_DEFER_GATHER as i32);
+        let (slots, cu) = (w.slots.body(), w.cu.body());
+        for r in 0..B {
+            let Ok(s) = usize::try_from(slots[r]) else { continue };
+            if s >= NS {
+                continue;
+            }
+            let skip = skipped == Some(r);
+            if entry == Entry::VerifyFold {
+                let tokens = cu[r] as usize * HV * V..cu[r + 1] as usize * HV * V;
+                let o = bits(&w.o.body()[tokens.clone()]);
+                if skip {
+                    for l in 0..NL {
+                        assert!(
+                            state_of(&w, l, s) == state_of(&before, l, s),
+                            "{what}: slot {s} of layer {l} written"
+                        );
+                        assert!(
+                            ring_of(&w, l, s) == ring_of(&before, l, s),
+                            "{what}: slot {s}'s ring records of layer {l} written"
+                        );
+                    }
+                    assert!(
+                        o.iter().all(|&x| x == 0),
+                        "{what}: outputs of the skipped request {r} not zero"
+                    );
+                } else {
+                    assert!(
+                        state_of(&w, 1, s) == state_of(&clean, 1, s),
+                        "{what}: row {r}'s fold changed"
+                    );
+                    assert!(
+                        ring_of(&w, 1, s) == ring_of(&clean, 1, s),
+                        "{what}: row {r}'s ring records changed"
+                    );
+                    assert!(o == bits(&clean.o.body()[tokens]), "{what}: row {r}'s outputs changed");
+                }
+            } else {
+                let entry_of = |x: &World| x.pending.body()[s * e..(s + 1) * e].to_vec();
+                let row_of = |x: &World| x.paths.body()[r * WD..(r + 1) * WD].to_vec();
+                if skip {
+                    assert_eq!(
+                        entry_of(&w),
+                        entry_of(&before),
+                        "{what}: the skipped slot {s}'s entry written"
+                    );
+                } else {
+                    assert_eq!(
+                        entry_of(&w),
+                        entry_of(&clean),
+                        "{what}: slot {s}'s entry differs from a clean run"
+                    );
+                }
+                if !gather {
+                    assert_eq!(row_of(&w), row_of(&before), "{what}: COMMIT wrote paths");
+                } else if skip {
+                    assert_eq!(row_of(&w), [-1; WD], "{what}: the skipped row {r} gathered");
+                } else {
+                    assert_eq!(row_of(&w), row_of(&clean), "{what}: row {r} gathered");
+                }
+            }
+        }
+        if entry == Entry::VerifyFold && bit & ffi::RSSM_DEVERR_TRACK_STEP != 0 {
+            // No snapshot was stored in the track slot (0).
+            for l in 0..NL {
+                assert!(
+                    state_of(&w, l, 0) == state_of(&before, l, 0),
+                    "{what}: track slot 0 written"
+                );
+            }
+        }
+    }
+    say(&format!(
+        "deferred fold kernel layer: {n} garbage inputs flagged, their rows skipped"
+    ));
 }
 
 /// What a campaign input breaks and what the entry must do with it.
@@ -1090,6 +1905,98 @@ fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
                 Expect::Refuse
             }
         },
+        Params::VerifyFold(q) => match rng.gen_range(0..4) {
+            0 => dims!(q),
+            1 => tokens!(q, N),
+            2 => {
+                match rng.gen_range(0..10) {
+                    0 => q.batch = pick(rng, &[0, -1, 65536]),
+                    // Over W = window / 2, over the verify's limit, or not positive.
+                    1 => q.max_seqlen = pick(rng, &[0, 3, 17, -1, i32::MAX]),
+                    2 => q.layer = pick(rng, &[-1, NL as i32, i32::MAX]),
+                    3 => q.num_layers = pick(rng, &[0, -1, 1 << 20]),
+                    // Odd, W over the max, W under max_seqlen, or not positive (never a larger
+                    // even window: the buffers hold 2 WD positions).
+                    4 => q.window = pick(rng, &[0, -4, 1, 2, 3, 5, 34, i32::MAX, i32::MIN]),
+                    5 => match rng.gen_range(0..3) {
+                        0 => q.ring_k = ptr::null_mut(),
+                        1 => {
+                            q.ring_v = ptr::null_mut();
+                            q.ring_k = ptr::null_mut();
+                            q.ring_g = ptr::null_mut();
+                            q.ring_beta = ptr::null_mut();
+                        }
+                        _ => q.state = ptr::null_mut(),
+                    },
+                    6 => q.pending = ptr::null(),
+                    7 => {
+                        if rng.gen_bool(0.5) {
+                            q.track_slots = ptr::null();
+                        } else {
+                            q.track_steps = ptr::null();
+                        }
+                    }
+                    8 => q.slots = ptr::null(),
+                    _ => q.reserved = garbage_i32(rng) | 1,
+                }
+                Expect::Refuse
+            }
+            _ => {
+                match rng.gen_range(0..4) {
+                    0 => q.parent = ptr::null(), // a chain instead of a tree
+                    1 => {
+                        q.track_slots = ptr::null();
+                        q.track_steps = ptr::null();
+                    }
+                    2 => q.layer = 0,
+                    _ => q.num_slots = rng.gen_range(1..NS as i32), // may orphan a live slot
+                }
+                Expect::Either
+            }
+        },
+        Params::Defer(q) => {
+            match rng.gen_range(0..13) {
+                0 => q.op = pick(rng, &[-1, 3, 4, i32::MAX, i32::MIN]),
+                1 => q.batch = pick(rng, &[0, -1, 65536, i32::MAX]),
+                2 => q.num_slots = pick(rng, &[0, -1, i32::MIN]),
+                3 => q.window = pick(rng, &[0, -2, 17, i32::MAX]),
+                4 => q.pending = ptr::null_mut(),
+                5 => q.slots = ptr::null(),
+                6 => q.accept_lens = ptr::null(), // COMMIT with neither form
+                7 => {
+                    // COMMIT with both forms, or a width without paths.
+                    if rng.gen_bool(0.5) {
+                        q.accept_paths = q.paths.cast_const();
+                    }
+                    q.path_width = pick(rng, &[1, 2, -1, i32::MAX]);
+                }
+                8 => {
+                    q.op = replayssm_defer_op::REPLAYSSM_DEFER_GATHER as i32;
+                    q.paths = ptr::null_mut();
+                }
+                9 => q.flags = rng.gen_range(1..=u32::MAX),
+                10 => q.reserved = garbage_i32(rng) | 1,
+                11 => q.struct_size = pick(rng, &[0, 8, q.struct_size - 4, q.struct_size + 8, u32::MAX]),
+                _ => {
+                    // Still inside the buffers: another op, a narrower W (the table read as
+                    // [NS, 2 + W]), fewer rows or slots, the path form, no device word.
+                    match rng.gen_range(0..6) {
+                        0 => q.op = rng.gen_range(1..3),
+                        1 => q.window = 1,
+                        2 => q.batch = 1,
+                        3 => q.num_slots = rng.gen_range(1..NS as i32),
+                        4 => {
+                            q.accept_lens = ptr::null();
+                            q.accept_paths = q.paths.cast_const();
+                            q.path_width = rng.gen_range(1..=WD as i32);
+                        }
+                        _ => q.error_word = ptr::null_mut(),
+                    }
+                    return Expect::Either;
+                }
+            }
+            Expect::Refuse
+        }
         Params::Cursors(q) => {
             match rng.gen_range(0..7) {
                 0 => q.op = pick(rng, &[-1, 3, i32::MAX]),
@@ -1135,6 +2042,27 @@ fn mutate_indices(w: &mut World, p: &mut Params, rng: &mut ChaCha8Rng) {
         Params::Cursors(c) => {
             c.op = rng.gen_range(0..3);
             vec![&mut w.slots, &mut w.positions, &mut w.cursors]
+        }
+        Params::VerifyFold(_) => vec![
+            &mut w.slots,
+            &mut w.cu,
+            &mut w.parent,
+            &mut w.pending,
+            &mut w.track_slots,
+            &mut w.track_steps,
+        ],
+        Params::Defer(d) => {
+            d.op = rng.gen_range(0..3);
+            if d.op == replayssm_defer_op::REPLAYSSM_DEFER_COMMIT as i32 && rng.gen_bool(0.3) {
+                // Path commit: garbage among the accepted paths ([B, WD] of w.paths).
+                d.accept_lens = ptr::null();
+                d.accept_paths = w.paths.ptr();
+                d.path_width = WD as i32;
+                d.paths = ptr::null_mut();
+                vec![&mut w.slots, &mut w.pending, &mut w.paths]
+            } else {
+                vec![&mut w.slots, &mut w.lens, &mut w.pending]
+            }
         }
     };
     let n = arrays.len();
@@ -1242,6 +2170,8 @@ fn p_has_word(p: &Params) -> bool {
         Params::Replay(q) => !q.error_word.is_null(),
         Params::Decode(q, _) => !q.error_word.is_null(),
         Params::Cursors(q) => !q.error_word.is_null(),
+        Params::VerifyFold(q) => !q.error_word.is_null(),
+        Params::Defer(q) => !q.error_word.is_null(),
     }
 }
 
@@ -1273,14 +2203,18 @@ macro_rules! world_buffers {
             $conv(&$w.positions.data),
             $conv(&$w.force.data),
             $conv(&$w.cursors.data),
-            $conv(&$w.word.data),
+            $conv(&$w.pending.data),
+            $conv(&$w.word.data), // last: gpu_device_cases reads the word back from it
         ]
     };
 }
 
+/// How many buffers a world has (world_buffers!), the error word last.
+const BUFFERS: usize = 27;
+
 impl World {
     /// Every buffer (guards included) as bytes, in a fixed order.
-    fn byte_buffers(&self) -> [&[u8]; 26] {
+    fn byte_buffers(&self) -> [&[u8]; BUFFERS] {
         world_buffers!(self, bytes)
     }
 }
@@ -1288,7 +2222,7 @@ impl World {
 /// `p` was built over buffers `from` (and possibly edited); returns the same params with every
 /// pointer rebased onto `to` (buffers of the same lengths, in the same order: another world, or
 /// the device copies of this one).
-fn rebase(p: &Params, from: &[&[u8]; 26], to: &[*const u8; 26]) -> Params {
+fn rebase(p: &Params, from: &[&[u8]; BUFFERS], to: &[*const u8; BUFFERS]) -> Params {
     let rebase = |x: *const u8| -> *const u8 {
         if x.is_null() {
             return x;
@@ -1351,6 +2285,32 @@ fn rebase(p: &Params, from: &[&[u8]; 26], to: &[*const u8; 26]) -> Params {
             error_word
         ),
         Params::Cursors(q) => re!(q, cursors, slots, positions, force_flush, error_word),
+        Params::VerifyFold(q) => re!(
+            q,
+            q,
+            k,
+            v,
+            a,
+            b,
+            A_log,
+            dt_bias,
+            g,
+            beta,
+            cu_seqlens,
+            parent,
+            slots,
+            state,
+            o,
+            ring_v,
+            ring_k,
+            ring_g,
+            ring_beta,
+            error_word,
+            pending,
+            track_slots,
+            track_steps
+        ),
+        Params::Defer(q) => re!(q, pending, slots, accept_lens, accept_paths, paths, error_word),
     }
     out
 }
@@ -1419,7 +2379,7 @@ fn gpu_device_cases() {
         let mut p = entry.params(&mut w);
         edit(&mut w, &mut p);
         let host = w.byte_buffers();
-        let mut dev = [ptr::null_mut::<std::ffi::c_void>(); 26];
+        let mut dev = [ptr::null_mut::<std::ffi::c_void>(); BUFFERS];
         for (d, b) in dev.iter_mut().zip(&host) {
             // SAFETY: plain CUDA runtime calls on buffers of b.len() bytes.
             unsafe {
@@ -1456,10 +2416,10 @@ fn gpu_device_cases() {
                 "{entry:?} {what}: wrote outside buffer {i}"
             );
         }
-        let word = u32::from_ne_bytes(back[25][g..g + 4].try_into().expect("4 bytes"));
+        let word = u32::from_ne_bytes(back[BUFFERS - 1][g..g + 4].try_into().expect("4 bytes"));
         assert_eq!(word, bit, "{entry:?} {what}: error word {word:#x}");
         let slots = w.slots.body();
-        if bit == dup && slots[0] == slots[1] {
+        if bit & dup != 0 && slots[0] == slots[1] {
             let s = slots[0] as usize;
             for l in 0..NL {
                 let at = g + (l * NS + s) * per_slot * 4;

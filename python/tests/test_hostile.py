@@ -72,6 +72,12 @@ def calls(rng, kda=False):
     # Outputs given (not allocated by the binding): a fake torch tensor cannot be allocated.
     tokens["o"], dtok["o"] = np.full((5, HV, V), np.nan, np.float32), np.full((2, HV, V), np.nan, np.float32)
     i32 = lambda *x: np.array(x, np.int32)  # noqa: E731
+    # The deferred fold: a ring of two halves of W positions; each slot's pending entry [n, half,
+    # W positions] holds 2 records of half 0; row 0 snapshots its step 1 into the spare slot.
+    ring2 = (np.zeros((NL, NS, HV, 2 * W, V), np.float32), np.zeros((NL, NS, H, 2 * W, K), np.float32),
+             np.zeros(gshape[:3] + (2 * W,) + gshape[4:], np.float32), np.zeros((NL, NS, HV, 2 * W), np.float32))
+    pending = np.tile(np.array([2, 0, 0, 1] + [-1] * (W - 2), np.int32), (NS, 1))
+    spare = int(np.setdiff1d(np.arange(NS), p.slots)[0])
     return {
         "recurrent": (rs.recurrent, dict(tokens, state=p.state.copy(), slots=p.slots, cu_seqlens=p.cu_seqlens)),
         "verify": (rs.verify, dict(tokens, state=pool.copy(), slots=p.slots, cu_seqlens=p.cu_seqlens, layer=1,
@@ -84,6 +90,10 @@ def calls(rng, kda=False):
                                                            positions=i32(1, 0))),
         "decode_cursors": (rs.decode_cursors, dict(op=rs.CursorOp.SNAPSHOT, cursors=np.zeros(NS, np.int32),
                                                    slots=p.slots, positions=i32(0, 0), cache_len=L)),
+        "verify_fold": (rs.verify_fold, dict(tokens, state=pool.copy(), slots=p.slots, cu_seqlens=p.cu_seqlens, layer=1,
+                                             ring=ring2, pending=pending.copy(), track_slots=i32(spare, -1),
+                                             track_steps=i32(1, -1))),
+        "defer": (rs.defer, dict(op=rs.DeferOp.COMMIT, pending=pending.copy(), slots=p.slots, accept_lens=i32(2, 3))),
     }
 
 
@@ -143,6 +153,18 @@ WRITTEN = [
     ("decode_cursors", "positions", _arg("positions", readonly), {}),
     ("decode_cursors", "cursors", _arg("cursors", readonly), {"op": rs.CursorOp.ADVANCE}),
     ("decode_cursors", "cursors", _arg("cursors", over_bytes), {"op": rs.CursorOp.RESET, "positions": DROP}),
+    ("verify_fold", "state", _arg("state", readonly), {}),  # VF writes the fold (V does not)
+    ("verify_fold", "state", _arg("state", over_bytes), {}),
+    ("verify_fold", "o", lambda kw: over_bytes(np.zeros((5, HV, V), np.float32)), {}),
+    ("verify_fold", "ring", _ring_with(0, readonly), {"what": "ring_v"}),
+    ("verify_fold", "ring", _ring_with(1, over_bytes), {"what": "ring_k"}),
+    ("verify_fold", "ring", _ring_with(2, readonly), {"what": "ring_g"}),
+    ("verify_fold", "ring", _ring_with(3, over_bytes), {"what": "ring_beta"}),
+    ("verify_fold", "error_word", lambda kw: readonly(np.zeros(1, np.uint32)), {}),
+    ("defer", "pending", _arg("pending", readonly), {}),  # COMMIT writes the entries
+    ("defer", "pending", _arg("pending", over_bytes), {"op": rs.DeferOp.RESET, "accept_lens": DROP}),
+    ("defer", "paths", lambda kw: readonly(np.zeros((2, W), np.int32)), {"op": rs.DeferOp.GATHER, "accept_lens": DROP}),
+    ("defer", "error_word", lambda kw: over_bytes(np.zeros(1, np.uint32)), {}),
 ]
 
 
@@ -177,6 +199,12 @@ def test_read_only_inputs_that_are_only_read_are_accepted(rng):
     fn(**dict(kw, decode_ring=tuple(over_bytes(r) for r in kw["decode_ring"])))
     fn, kw = calls(rng)["decode_cursors"]
     fn(**dict(kw, cursors=readonly(kw["cursors"])))  # SNAPSHOT only reads the cursors
+    fn, kw = calls(rng)["verify_fold"]
+    fn(**dict(kw, pending=readonly(kw["pending"]), track_slots=over_bytes(kw["track_slots"]),
+              track_steps=readonly(kw["track_steps"])))  # VF reads the table; COMMIT writes it
+    fn, kw = calls(rng)["defer"]
+    fn(**dict(kw, slots=readonly(kw["slots"]), accept_lens=over_bytes(kw["accept_lens"])))
+    fn(rs.DeferOp.GATHER, pending=readonly(kw["pending"]), slots=kw["slots"], paths=np.zeros((2, W), np.int32))
 
 
 # A read-only np.memmap is mapped PROT_READ: a write through it is a SIGSEGV, so these run in a
@@ -192,6 +220,9 @@ MEMMAP_SCRIPT = textwrap.dedent("""
     kw[arg] = np.memmap(path, dtype=x.dtype, mode="r", shape=x.shape)
     if entry == "decode_cursors":
         kw["op"] = rs.CursorOp.RESET
+    if entry == "defer":
+        kw["op"] = rs.DeferOp.RESET
+        del kw["accept_lens"]
     try:
         fn(**kw)
         print("SILENT")
@@ -200,7 +231,8 @@ MEMMAP_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("entry,arg", [("recurrent", "state"), ("fold", "state"), ("decode_cursors", "cursors")])
+@pytest.mark.parametrize("entry,arg", [("recurrent", "state"), ("fold", "state"), ("decode_cursors", "cursors"),
+                                       ("verify_fold", "state"), ("defer", "pending")])
 def test_a_read_only_memmap_output_is_refused_not_a_segfault(tmp_path, entry, arg):
     TALLY["inputs"] += 1
     here = str(__import__("pathlib").Path(__file__).parent)
@@ -256,6 +288,28 @@ INTS = [
     ("decode", dict(scale=1e39), r"scale = 1e\+39 is outside float32's range"),
     ("decode", dict(scale=1e-50), r"scale = 1e-50 is outside float32's range"),
     ("recurrent", dict(scale=1j), r"scale = 1j is not a real number \(complex\)"),
+    # The deferred fold: max_seqlen is bounded by W (one half of the ring), W by the table's width.
+    ("verify_fold", dict(layer=2 ** 32 + 1), r"layer = 4294967297 is out of range, must be in 0\.\.=1 \(state has 2"),
+    ("verify_fold", dict(layer=-1), r"layer = -1 is out of range, must be in 0\.\.=1"),
+    ("verify_fold", dict(layer=True), r"layer = True is a bool"),
+    ("verify_fold", dict(layer=1.0), r"layer = 1\.0 is not an integer \(float\)"),
+    ("verify_fold", dict(max_seqlen=W + 1),
+     r"max_seqlen = 5 is out of range, must be in 1\.\.=4 \(draft tokens per request, W\)"),
+    ("verify_fold", dict(max_seqlen=2 ** 32 + 3), r"max_seqlen = 4294967299 is out of range, must be in 1\.\.=4"),
+    ("verify_fold", dict(max_seqlen="3"), r"max_seqlen = '3' is not an integer \(str\)"),
+    ("verify_fold", dict(qk_l2norm="yes"), r"qk_l2norm = 'yes' is not a bool"),
+    ("verify_fold", dict(scale=float("inf")), r"scale = inf is not finite"),
+    ("verify_fold", dict(scale=-1e40), r"scale = -1e\+40 is outside float32's range"),
+    ("defer", dict(op=3), r"op = 3 is out of range, must be in 0\.\.=2"),
+    ("defer", dict(op=-1), r"op = -1 is out of range, must be in 0\.\.=2"),
+    ("defer", dict(op=2 ** 32), r"op = 4294967296 is out of range, must be in 0\.\.=2"),
+    ("defer", dict(op=True), r"op = True is a bool"),
+    ("defer", dict(op=0.0), r"op = 0\.0 is not an integer"),
+    ("defer", dict(op="COMMIT"), r"op = 'COMMIT' is not an integer \(str\)"),
+    ("defer", dict(pending=np.zeros((3, 19), np.int32)),
+     r"W \(pending's dim 1 minus 2\) = 17 is out of range, must be in 1\.\.=16"),
+    ("defer", dict(pending=np.zeros((3, 2), np.int32)),
+     r"W \(pending's dim 1 minus 2\) = 0 is out of range, must be in 1\.\.=16"),
 ]
 
 
@@ -266,6 +320,8 @@ def test_a_bad_integer_or_scalar_is_refused_with_its_value_and_limit(rng, entry,
 
 def test_integers_of_numpy_types_in_range_are_accepted(rng):
     run(rng, "verify", layer=np.int64(1), max_seqlen=np.int32(3))
+    run(rng, "verify_fold", layer=np.int16(0), max_seqlen=np.int64(W))
+    run(rng, "defer", op=np.int32(2), accept_lens=DROP)
     run(rng, "decode_cursors", cache_len=np.int16(L), op=np.int64(0))
     run(rng, "recurrent", scale=np.float32(0.25), qk_l2norm=np.bool_(False), write_state=0)
 
@@ -297,6 +353,12 @@ def test_the_params_structs_refuse_values_their_fields_cannot_hold():
             p.scale = value
     p.batch, p.q_stride, p.scale = 2 ** 31 - 1, 2 ** 40, 0.125
     assert (p.batch, p.q_stride, p.scale) == (2 ** 31 - 1, 2 ** 40, 0.125)
+    for cls, field, value in ((_abi.VerifyFoldParams, "window", 2 ** 32 + 8), (_abi.VerifyFoldParams, "layer", True),
+                              (_abi.DeferParams, "op", 2 ** 31), (_abi.DeferParams, "window", 4.0),
+                              (_abi.DeferParams, "reserved", -2 ** 31 - 1), (_abi.DeferParams, "flags", 2 ** 32)):
+        TALLY["inputs"] += 1
+        with pytest.raises(_abi.FieldRangeError, match=field):
+            setattr(cls(), field, value)
 
 
 # --- item 9: bad device-side values are never silent on the host backend --------------------
@@ -331,6 +393,29 @@ DEVICE = [
     ("decode_cursors", dict(cursors=_i32(99, 99, 99)), "BAD_LENGTH"),
     ("decode_cursors", dict(op=rs.CursorOp.ADVANCE, positions=_i32(-3, 0)), "BAD_LENGTH"),
     ("decode_cursors", dict(slots=_i32(0, 3)), "SLOT_OUT_OF_RANGE"),
+    # The deferred fold's pending entries ([n, half, W positions] per slot, every slot's here).
+    ("verify_fold", dict(slots=_i32(0, 3)), "SLOT_OUT_OF_RANGE"),
+    ("verify_fold", dict(slots=_i32(1, 1)), "DUPLICATE_SLOT"),
+    ("verify_fold", dict(cu_seqlens=_i32(0, 3, 1)), "BAD_SEQLENS"),
+    ("verify_fold", dict(parent=_i32(-1, 5, -1, 0, 1)), "BAD_TREE"),
+    ("verify_fold", dict(pending=np.tile(_i32(W + 1, 0, 0, 1, 2, 3), (3, 1))), "BAD_LENGTH"),
+    ("verify_fold", dict(pending=np.tile(_i32(-1, 0, 0, 1, 2, 3), (3, 1))), "BAD_LENGTH"),
+    ("verify_fold", dict(pending=np.tile(_i32(2, 2, 0, 1, -1, -1), (3, 1))), "BAD_LENGTH"),
+    ("verify_fold", dict(pending=np.tile(_i32(2, 0, 1, 0, -1, -1), (3, 1))), "BAD_TREE"),
+    ("verify_fold", dict(pending=np.tile(_i32(2, 1, 0, 1, -1, -1), (3, 1))), "BAD_TREE"),
+    ("verify_fold", dict(pending=np.tile(_i32(1, 0, 2 * W, -1, -1, -1), (3, 1))), "BAD_TREE"),
+    ("verify_fold", dict(track_slots=_i32(9, -1)), "TRACK_SLOT"),
+    ("verify_fold", dict(track_steps=_i32(2, -1)), "TRACK_STEP"),
+    ("defer", dict(slots=_i32(0, 3)), "SLOT_OUT_OF_RANGE"),
+    ("defer", dict(slots=_i32(2, 2)), "DUPLICATE_SLOT"),
+    ("defer", dict(accept_lens=_i32(W + 1, 0)), "BAD_LENGTH"),
+    ("defer", dict(accept_lens=_i32(0, -2)), "BAD_LENGTH"),
+    ("defer", dict(accept_lens=DROP, accept_paths=np.array([[0, 9], [0, 1]], np.int32)), "BAD_TREE"),
+    ("defer", dict(pending=np.tile(_i32(0, 7, -1, -1, -1, -1), (3, 1))), "BAD_LENGTH"),
+    ("defer", dict(op=rs.DeferOp.GATHER, accept_lens=DROP, paths=np.zeros((2, W), np.int32),
+                   pending=np.tile(_i32(W + 2, 0, 0, 1, 2, 3), (3, 1))), "BAD_LENGTH"),
+    ("defer", dict(op=rs.DeferOp.GATHER, accept_lens=DROP, paths=np.zeros((2, W), np.int32),
+                   pending=np.tile(_i32(3, 1, 4, 6, 5, -1), (3, 1))), "BAD_TREE"),
 ]
 
 
@@ -343,7 +428,7 @@ def test_a_bad_device_index_is_never_silent(rng, entry, changes, bit, with_word)
     fn, kw = calls(rng)[entry]
     kw.update(changes)
     kw = {n: x for n, x in kw.items() if x is not DROP}
-    kept = {n: kw[n].copy() for n in ("state", "cursors") if n in kw}
+    kept = {n: kw[n].copy() for n in ("state", "cursors", "pending") if n in kw}
     e = refused(lambda: fn(**kw), exc=IDX)
     if isinstance(e, rs.DeviceIndexError):
         # The message decodes the bits by name; the caller's word gets them ORed in.
@@ -410,6 +495,10 @@ ZERO = [
      r"ring_v has size 0 in dim 3"),
     ("decode_cursors", lambda kw: dict(cursors=kw["cursors"][:0]), r"cursors has size 0 in dim 0"),
     ("verify", lambda kw: dict(v=kw["v"][:, :, :0]), r"v has size 0 in dim 2"),
+    ("verify_fold", lambda kw: dict(pending=kw["pending"][:0]), r"pending has shape \[0, 6\], expected \[3, 6\]"),
+    ("verify_fold", lambda kw: dict(state=kw["state"][:, :0], pending=kw["pending"][:0]), r"state has size 0 in dim 1"),
+    ("defer", lambda kw: dict(slots=kw["slots"][:0], accept_lens=kw["accept_lens"][:0]), r"slots has size 0 in dim 0"),
+    ("defer", lambda kw: dict(pending=kw["pending"][:0]), r"pending has size 0 in dim 0"),
 ]
 
 
@@ -418,6 +507,43 @@ def test_a_zero_size_argument_is_named_with_its_zero_dim(rng, entry, change, mes
     fn, kw = calls(rng)[entry]
     kw.update(change(kw))
     refused(lambda: fn(**{n: x for n, x in kw.items() if x is not DROP}), match=message)
+
+
+DEFERRED = [
+    # (entry, changes, message): the shapes and argument sets only the deferred fold has.
+    ("verify_fold", dict(ring="ring-of-W"), r"ring holds two windows: its dim 3 \(9\) must be 2 W"),
+    ("verify_fold", dict(pending=np.zeros((3, 2 + W + 1), np.int32)), r"pending has shape \[3, 7\], expected \[3, 6\]"),
+    ("verify_fold", dict(pending=np.zeros((4, 2 + W), np.int32)), r"pending has shape \[4, 6\], expected \[3, 6\]"),
+    ("verify_fold", dict(pending=np.zeros((3, 2 + W), np.int64)), r"pending: dtype int64 is not supported"),
+    ("verify_fold", dict(pending=None), r"replayssm_verify_fold: pending is required"),
+    ("verify_fold", dict(track_steps=DROP), r"track_slots and track_steps: set both or neither"),
+    ("defer", dict(op=rs.DeferOp.GATHER, paths=np.zeros((2, W), np.int32)),
+     r"accept_lens / accept_paths are read by COMMIT only"),
+    ("defer", dict(op=rs.DeferOp.GATHER, accept_lens=DROP), r"paths is required"),
+    ("defer", dict(accept_lens=DROP), r"COMMIT: give exactly one of accept_lens and accept_paths"),
+    ("defer", dict(accept_paths=np.zeros((2, 2), np.int32)),
+     r"COMMIT: give exactly one of accept_lens and accept_paths"),
+    ("defer", dict(accept_lens=DROP, accept_paths=np.zeros((2, W + 1), np.int32)),
+     r"path_width \(columns of accept_paths\) = 5, must be in 1\.\.=4"),
+    ("defer", dict(accept_lens=_i32(1, 1, 1)), r"accept_lens has shape \[3\]"),
+    ("defer", dict(pending=np.zeros(6, np.int32)), r"pending has shape \[6\], expected \["),
+]
+
+
+@pytest.mark.parametrize("entry,changes,message", DEFERRED,
+                         ids=["%s-%d" % (e, i) for i, (e, _, _) in enumerate(DEFERRED)])
+def test_a_bad_deferred_fold_argument_is_refused_by_name(rng, entry, changes, message):
+    fn, kw = calls(rng)[entry]
+    if changes.get("ring") == "ring-of-W":
+        # An odd ring (2 W + 1 positions): one half of it cannot be told from the other.
+        changes = dict(changes, ring=tuple(np.zeros(r.shape[:3] + (2 * W + 1,) + r.shape[4:], np.float32)
+                                           for r in kw["ring"]))
+    kw.update(changes)
+    kept = {n: kw[n].copy() for n in ("state", "pending") if isinstance(kw.get(n), np.ndarray)}
+    refused(lambda: fn(**{n: x for n, x in kw.items() if x is not DROP}), exc=rs.InvalidArgument,
+            match=message)
+    for n, x in kept.items():
+        assert np.array_equal(x.view(np.uint32), kw[n].view(np.uint32)), n
 
 
 def test_odd_numpy_objects_are_refused_by_name(rng):
@@ -539,6 +665,12 @@ TORCH = [
      r"state: data_ptr\(\) is 0 \(a tensor without storage, shape \[3, 4, 32, 32\]\)"),
     ("decode_cursors", "cursors", dict(ptr=0), r"cursors: data_ptr\(\) is 0"),
     ("verify", "v", dict(layout="torch.sparse_coo"), r"v: layout torch\.sparse_coo is not supported"),
+    ("verify_fold", "pending", dict(device="xpu"), r"pending: a tensor on device xpu"),
+    ("verify_fold", "state", dict(ptr=0), r"state: data_ptr\(\) is 0"),
+    ("verify_fold", "q", dict(neg=True), r"q: is_neg\(\) is True"),
+    ("defer", "pending", dict(device="meta", ptr=0), r"pending: a tensor on device meta"),
+    ("defer", "accept_lens", dict(conj=True), r"accept_lens: is_conj\(\) is True"),
+    ("defer", "slots", dict(ptr=0), r"slots: data_ptr\(\) is 0"),
 ]
 
 

@@ -28,11 +28,13 @@ template <int THREADS> __global__ void __launch_bounds__(THREADS) defer_kernel(c
   int32_t *entry = p.pending + int64_t(slot) * width;
   switch (p.op) {
     case RSSM_DEFER_COMMIT: {
-      const int32_t half = entry[1];
-      if (half != 0 && half != 1) {
-        report_device_error(p.error_word, RSSM_DEVERR_BAD_LENGTH);
+      // The whole entry, as the host checks it: a garbage entry was skipped by VF (flagged
+      // there), and committing over it would hide that the slot's checkpoint missed its records.
+      if (const uint32_t bad = pending_entry_error(entry, W)) {
+        report_device_error(p.error_word, bad);
         return;
       }
+      const int32_t half = entry[1];
       const int32_t *path = p.accept_paths ? p.accept_paths + int64_t(b) * p.path_width : nullptr;
       const int n = path ? accepted_path_length(path, p.path_width, W) : p.accept_lens[b];
       if (path && n < 0) {
@@ -50,8 +52,8 @@ template <int THREADS> __global__ void __launch_bounds__(THREADS) defer_kernel(c
       break;
     }
     case RSSM_DEFER_GATHER: {
-      if (pending_entry_error(entry, W) != 0) {
-        report_device_error(p.error_word, pending_entry_error(entry, W));
+      if (const uint32_t bad = pending_entry_error(entry, W)) {
+        report_device_error(p.error_word, bad);
         return;
       }
       for (int i = 0; i < entry[0]; ++i) out[i] = entry[2 + i];
