@@ -293,6 +293,28 @@ macro_rules! token_fields {
     }};
 }
 
+/// The fields V and VF share (same names in both params): a tree verify of layer 1 over the
+/// world's tokens and ring; the caller sets `window`.
+macro_rules! verify_fields {
+    ($p:expr, $w:expr) => {{
+        token_fields!($p, $w, N);
+        $p.cu_seqlens = $w.cu.ptr();
+        $p.parent = $w.parent.ptr();
+        $p.slots = $w.slots.ptr();
+        $p.state = $w.state.ptr();
+        $p.ring_v = $w.ring_v.ptr().cast();
+        $p.ring_k = $w.ring_k.ptr().cast();
+        $p.ring_g = $w.ring_g.ptr();
+        $p.ring_beta = $w.ring_beta.ptr();
+        $p.num_tokens = N as i32;
+        $p.batch = B as i32;
+        $p.max_seqlen = T as i32;
+        $p.num_slots = NS as i32;
+        $p.num_layers = NL as i32;
+        $p.layer = 1;
+    }};
+}
+
 impl Entry {
     /// Valid params of this entry over `w` (pointers into it).
     fn params(self, w: &mut World) -> Params {
@@ -314,21 +336,7 @@ impl Entry {
             }
             Entry::Verify => {
                 let mut p = replayssm_verify_params::default();
-                token_fields!(p, w, N);
-                p.cu_seqlens = w.cu.ptr();
-                p.parent = w.parent.ptr();
-                p.slots = w.slots.ptr();
-                p.state = w.state.ptr();
-                p.ring_v = w.ring_v.ptr().cast();
-                p.ring_k = w.ring_k.ptr().cast();
-                p.ring_g = w.ring_g.ptr();
-                p.ring_beta = w.ring_beta.ptr();
-                p.num_tokens = N as i32;
-                p.batch = B as i32;
-                p.max_seqlen = T as i32;
-                p.num_slots = NS as i32;
-                p.num_layers = NL as i32;
-                p.layer = 1;
+                verify_fields!(p, w);
                 p.window = W as i32;
                 Params::Verify(p)
             }
@@ -417,21 +425,7 @@ impl Entry {
                 // Tree verify (parent set) of layer 1 on the 2 WD ring, folding each live slot's
                 // pending records first; row 0 snapshots its step 1 into free slot 0.
                 let mut p = replayssm_verify_fold_params::default();
-                token_fields!(p, w, N);
-                p.cu_seqlens = w.cu.ptr();
-                p.parent = w.parent.ptr();
-                p.slots = w.slots.ptr();
-                p.state = w.state.ptr();
-                p.ring_v = w.ring_v.ptr().cast();
-                p.ring_k = w.ring_k.ptr().cast();
-                p.ring_g = w.ring_g.ptr();
-                p.ring_beta = w.ring_beta.ptr();
-                p.num_tokens = N as i32;
-                p.batch = B as i32;
-                p.max_seqlen = T as i32;
-                p.num_slots = NS as i32;
-                p.num_layers = NL as i32;
-                p.layer = 1;
+                verify_fields!(p, w);
                 p.window = (2 * WD) as i32;
                 p.pending = w.pending.ptr();
                 p.track_slots = w.track_slots.ptr();
