@@ -1,0 +1,447 @@
+"""replayssm.sglang: SGLang 0.5.23's calls on SGLang-shaped arguments (NumPy, emulated backend).
+
+Two kinds of evidence:
+  - the goldens in tests/cases/sglang (written by scripts/sglang-peer running SGLang's own Triton
+    kernels): the adapter, called as SGLang's call sites call SGLang, gives SGLang's outputs, the
+    ring SGLang's verify writes and the checkpoints SGLang's fold commits. NumPy has no bfloat16,
+    so these run on the f32 goldens; tools/tests/sglang_conformance.rs checks every golden (bf16
+    too) through the Rust API.
+  - synthetic inputs: the adapter agrees with the binding's own entries, and refuses every option
+    it does not implement and every bad tensor with an error naming it, writing nothing.
+"""
+import json
+import pathlib
+import struct
+
+import numpy as np
+import pytest
+
+import replayssm as rs
+import replayssm.sglang as sg
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GOLDENS = sorted((ROOT / "tests" / "cases" / "sglang").glob("*.golden.safetensors"))
+
+
+# --- goldens ----------------------------------------------------------------------------------
+
+def read_safetensors(path):
+    """(tensors, metadata) of a safetensors file; BF16 is widened to float32 (exact)."""
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    body = raw[8 + n:]
+    kinds = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "BF16": np.uint16}
+    out = {}
+    for name, h in header.items():
+        lo, hi = h["data_offsets"]
+        a = np.frombuffer(body[lo:hi], dtype=kinds[h["dtype"]]).reshape(h["shape"]).copy()
+        if h["dtype"] == "BF16":
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        out[name] = a
+    return out, meta
+
+
+def f32_goldens():
+    gs = [(p, *read_safetensors(p)) for p in GOLDENS]
+    return [pytest.param(t, m, id=p.name.split(".")[0]) for p, t, m in gs if m["act_dtype"] == "f32"]
+
+
+def test_the_goldens_are_there():
+    # The golden tests below must not pass by having nothing to run.
+    assert len(GOLDENS) >= 4, GOLDENS
+    assert f32_goldens(), "no f32 golden to run the NumPy adapter on"
+
+
+def ulps(a, b):
+    ia = a.astype(np.float32).view(np.int32).astype(np.int64)
+    ib = b.astype(np.float32).view(np.int32).astype(np.int64)
+    ia = np.where(ia < 0, -(ia & 0x7FFFFFFF), ia)
+    ib = np.where(ib < 0, -(ib & 0x7FFFFFFF), ib)
+    return np.abs(ia - ib)
+
+
+def close(got, want, atol, rtol):
+    assert got.shape == want.shape
+    assert not np.isnan(got).any() and not np.isnan(want).any()
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    bad = err > atol + rtol * np.abs(want.astype(np.float64))
+    assert not bad.any(), "max error %g at %s" % (err.max(), np.argwhere(bad)[0])
+
+
+def meta_ints(m, *keys):
+    return [int(m[k]) for k in keys]
+
+
+def run_verify(t, m, layer, ring):
+    kda = m["variant"] == "kda"
+    return sg.fused_sigmoid_gating_delta_rule_update(
+        t["A_log"][layer], t["a"][layer], t["dt_bias"][layer], float(m["softplus_beta"]),
+        float(m["softplus_threshold"]), t["q"][layer], t["k"][layer], t["v"][layer], t["b"][layer],
+        t["state_in"][layer], t["state_indices"], scale=float(m["scale"]), use_qk_l2norm_in_kernel=True,
+        cu_seqlens=t["cu_seqlens"], is_kda=kda, disable_state_update=True, cache_ring=True,
+        replayssm_rawv=ring[0][layer], replayssm_rawk=ring[1][layer], replayssm_g=ring[2][layer],
+        replayssm_beta=ring[3][layer])
+
+
+def empty_ring(t):
+    return [np.zeros_like(t[n]) for n in ("ring_v_sglang", "ring_k_sglang", "ring_g_sglang", "ring_beta_sglang")]
+
+
+@pytest.mark.parametrize("t,m", f32_goldens())
+def test_the_verify_writes_sglangs_ring_and_outputs(t, m):
+    NL, = meta_ints(m, "num_layers")
+    before = t["state_in"].copy()
+    ring = empty_ring(t)
+    # The verify has no null block: only negative slots are null rows there (the fold skips
+    # slots <= null_block_id).
+    live = t["state_indices"] >= 0
+    cu = t["cu_seqlens"]
+    rows = np.zeros(cu[-1], bool)
+    for r in range(len(live)):
+        rows[cu[r]:cu[r + 1]] = live[r]
+    for layer in range(NL):
+        o = run_verify(t, m, layer, ring)
+        want = t["o_sglang"][layer]
+        assert o.shape == want.shape
+        close(o[0][rows], want[0][rows], 2e-5, 2e-4)
+        # SGLang computes a null row's outputs from a zero state; replayssm writes zeros.
+        assert (o[0][~rows] == 0).all()
+    assert np.array_equal(t["state_in"], before), "the verify wrote the checkpoint"
+    names = ("ring_v", "ring_k", "ring_g", "ring_beta")
+    for n, ours in zip(names, ring):
+        assert np.array_equal(ours, t[n + "_ours"]), "%s differs from the ring the golden recorded as ours" % n
+    assert np.array_equal(ring[0], t["ring_v_sglang"]) and np.array_equal(ring[1], t["ring_k_sglang"])
+    assert ring[0].any() and ring[1].any()
+    # g and beta: log1p vs log(1 + x), exp of a negated logit: a few ulp.
+    assert ulps(ring[2], t["ring_g_sglang"]).max() <= 8
+    assert ulps(ring[3], t["ring_beta_sglang"]).max() <= 8
+
+
+def fold_call(t, m, state, ring):
+    kda = m["variant"] == "kda"
+    W = ring[0].shape[-2]
+    H = ring[1].shape[2]
+    args = (state, *ring, t["state_indices"], t["accept_lens"], W, H, t["track_slots"], t["track_steps"])
+    kw = dict(use_qk_l2norm_in_kernel=True, null_block_id=int(m["null_block_id"]))
+    if not kda:
+        sg.commit_gdn_replayssm_fold_all_layers(*args, **kw)
+        return
+    sg.commit_kda_replayssm_spec_all_layers(*args, **kw)
+
+
+@pytest.mark.parametrize("t,m", f32_goldens())
+@pytest.mark.parametrize("whose", ["sglang", "ours"])
+def test_the_fold_commits_what_sglangs_fold_commits(t, m, whose):
+    ring = [t["%s_%s" % (n, whose)].copy() for n in ("ring_v", "ring_k", "ring_g", "ring_beta")]
+    want = t["state_folded_sglang"] if whose == "sglang" else t["state_sglang_fold_of_ours"]
+    state = t["state_in"].copy()
+    fold_call(t, m, state, ring)
+    changed = (state != t["state_in"]).any(axis=(2, 3, 4))
+    assert changed.any(), "the fold wrote nothing"
+    # Slots SGLang did not touch are bit-equal; the others within a few float32 roundings.
+    untouched = (want == t["state_in"]).all(axis=(2, 3, 4))
+    assert (state[untouched] == t["state_in"][untouched]).all()
+    close(state, want, 1e-6, 1e-5)
+
+
+@pytest.mark.parametrize("t,m", [p for p in f32_goldens() if p.values[1]["variant"] == "kda"])
+def test_the_per_layer_kda_fold_is_the_all_layer_fold(t, m):
+    ring = [t[n + "_sglang"] for n in ("ring_v", "ring_k", "ring_g", "ring_beta")]
+    all_layers = t["state_in"].copy()
+    fold_call(t, m, all_layers, ring)
+    per_layer = t["state_in"].copy()
+    for layer in range(int(m["num_layers"])):
+        sg.commit_kda_replayssm_spec(per_layer[layer], *(r[layer] for r in ring), t["state_indices"],
+                                     t["accept_lens"], ring[0].shape[-2], ring[1].shape[2], t["track_slots"],
+                                     t["track_steps"], null_block_id=int(m["null_block_id"]))
+    assert np.array_equal(per_layer, all_layers)
+
+
+# --- synthetic: the adapter is the binding --------------------------------------------------------
+
+class Spec:
+    """A small SGLang-shaped verify/fold problem: 3 requests (one null), GQA, 2 layers."""
+
+    def __init__(self, rng, kda=False, dtype=np.float32, K=32, V=32, H=2, HV=4, W=8, seqlens=(3, 2, 4)):
+        T = sum(seqlens)
+        self.kda, self.H, self.HV, self.K, self.V, self.W = kda, H, HV, K, V, W
+        self.NL, self.NS = 2, 5
+        n = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
+        self.q, self.k, self.v = n(1, T, H, K), n(1, T, H, K), n(1, T, HV, V)
+        self.a = n(T, HV * K) if kda else n(T, HV)
+        self.b = n(T, HV)
+        self.A_log = rng.uniform(0, 2.7, HV).astype(np.float32)
+        self.dt_bias = (rng.standard_normal(HV * K if kda else HV) * 0.1).astype(np.float32)
+        self.cu = np.concatenate([[0], np.cumsum(seqlens)]).astype(np.int32)
+        self.slots = np.array([3, -1, 1], np.int32)[:len(seqlens)]
+        self.state = (rng.standard_normal((self.NL, self.NS, HV, V, K)) * 0.1).astype(np.float32)
+        ring_v = np.zeros((self.NL, self.NS, HV, W, V), dtype)
+        ring_k = np.zeros((self.NL, self.NS, H, W, K), dtype)
+        ring_g = np.zeros((self.NL, self.NS, HV, W, K) if kda else (self.NL, self.NS, HV, W), np.float32)
+        ring_b = np.zeros((self.NL, self.NS, HV, W), np.float32)
+        self.ring = [ring_v, ring_k, ring_g, ring_b]
+        self.accept = np.array([2, 0, 4], np.int32)[:len(seqlens)]
+
+    def verify_args(self, layer=0, **kw):
+        args = dict(A_log=self.A_log, a=self.a, dt_bias=self.dt_bias, softplus_beta=1.0, softplus_threshold=20.0,
+                    q=self.q, k=self.k, v=self.v, b=self.b, initial_state_source=self.state[layer],
+                    initial_state_indices=self.slots, use_qk_l2norm_in_kernel=True, cu_seqlens=self.cu,
+                    is_kda=self.kda, disable_state_update=True, cache_ring=True,
+                    replayssm_rawv=self.ring[0][layer], replayssm_rawk=self.ring[1][layer],
+                    replayssm_g=self.ring[2][layer], replayssm_beta=self.ring[3][layer])
+        args.update(kw)
+        return args
+
+    def binding_gate(self):
+        T = self.q.shape[1]
+        a = self.a.reshape(T, self.HV, self.K) if self.kda else self.a
+        dt = self.dt_bias.reshape(self.HV, self.K) if self.kda else self.dt_bias
+        return dict(a=a, b=self.b, A_log=self.A_log, dt_bias=dt)
+
+    def fold_args(self, **kw):
+        fn = sg.commit_kda_replayssm_spec_all_layers if self.kda else sg.commit_gdn_replayssm_fold_all_layers
+        args = dict(checkpoint_state=self.state, rawv_cache=self.ring[0], rawk_cache=self.ring[1],
+                    beta_cache=self.ring[3], ssm_state_indices=self.slots, accept_lens=self.accept,
+                    max_cache_len=self.W, num_k_heads=self.H, null_block_id=-1)
+        args["gk_cache" if self.kda else "g_cache"] = self.ring[2]
+        args.update(kw)
+        return fn, args
+
+
+@pytest.mark.parametrize("kda", [False, True])
+def test_verify_and_fold_are_the_bindings_verify_and_fold(rng, kda):
+    s = Spec(rng, kda=kda)
+    for layer in range(s.NL):
+        o = sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(layer))
+        ring = [np.zeros_like(r) for r in s.ring]
+        want = rs.verify(s.q[0], s.k[0], s.v[0], state=s.state, slots=s.slots, cu_seqlens=s.cu, layer=layer,
+                         ring=ring, scale=s.K ** -0.5, **s.binding_gate())
+        assert np.array_equal(o[0], want)
+        for r, w in zip(s.ring, ring):
+            assert np.array_equal(r[layer], w[layer])
+    before = s.state.copy()
+    state = s.state.copy()
+    rs.fold(state=state, ring=s.ring, slots=s.slots, accept_lens=s.accept)
+    fn, args = s.fold_args()
+    fn(**args)
+    assert np.array_equal(s.state, state) and (state != before).any()
+
+
+def test_a_non_varlen_batch_is_the_varlen_call(rng):
+    s = Spec(rng, seqlens=(3, 3, 3))
+    varlen = sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(cache_ring=False))
+    B, T = 3, 3
+    batched = sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(
+        cache_ring=False, cu_seqlens=None, q=s.q.reshape(B, T, s.H, s.K), k=s.k.reshape(B, T, s.H, s.K),
+        v=s.v.reshape(B, T, s.HV, s.V), a=s.a.reshape(B, T, s.HV), b=s.b.reshape(B, T, s.HV)))
+    assert batched.shape == (B, T, s.HV, s.V)
+    assert np.array_equal(batched.reshape(varlen.shape), varlen)
+
+
+def test_the_plain_update_is_kernel_r(rng):
+    s = Spec(rng)
+    st = s.state[0].copy()
+    o = sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(disable_state_update=False, cache_ring=False,
+                                                                  initial_state_source=st))
+    want_state = s.state[0].copy()
+    want = rs.recurrent(s.q[0], s.k[0], s.v[0], state=want_state, slots=s.slots, cu_seqlens=s.cu,
+                        scale=s.K ** -0.5, **s.binding_gate())
+    assert np.array_equal(o[0], want) and np.array_equal(st, want_state) and (st != s.state[0]).any()
+
+
+def test_track_steps_of_minus_one_and_the_null_block_are_no_snapshot(rng):
+    s = Spec(rng)
+    for layer in range(s.NL):
+        sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(layer))
+    # Row 0 tracks its step 1 into slot 4; row 2 has a track slot but step -1 (SGLang: none).
+    tracks = np.array([4, -1, 2], np.int32)
+    steps = np.array([1, -1, -1], np.int32)
+    state = s.state.copy()
+    fn, args = s.fold_args(checkpoint_state=state, mamba_track_indices=tracks, mamba_steps_to_track=steps)
+    fn(**args)
+    want = s.state.copy()
+    rs.fold(state=want, ring=s.ring, slots=s.slots, accept_lens=s.accept,
+            track_slots=np.array([4, -1, -1], np.int32), track_steps=np.array([1, -1, -1], np.int32))
+    assert np.array_equal(state, want) and (state[:, 4] != s.state[:, 4]).any()
+    assert (state[:, 2] == s.state[:, 2]).all()
+    # null_block_id = 0: slot 0 is SGLang's null block (a row on it commits nothing).
+    state = s.state.copy()
+    fn, args = s.fold_args(checkpoint_state=state, ssm_state_indices=np.array([3, 0, 1], np.int32), null_block_id=0)
+    fn(**args)
+    want = s.state.copy()
+    rs.fold(state=want, ring=s.ring, slots=s.slots, accept_lens=s.accept)
+    assert np.array_equal(state, want)
+
+
+def test_the_buffered_decode_is_kernel_d_and_flushes_to_kernel_r(rng):
+    H, HV, K, V, L, NS, B = 2, 4, 32, 32, 4, 3, 2
+    state = (rng.standard_normal((NS, HV, V, K)) * 0.1).astype(np.float32)
+    ref = state.copy()
+    d = np.zeros((NS, HV, L, V), np.float32)
+    kc = np.zeros((NS, H, L, K), np.float32)
+    g = np.zeros((NS, HV, L), np.float32)
+    slots = np.array([2, 0], np.int32)
+    A_log = rng.uniform(0, 2, HV).astype(np.float32)
+    dt_bias = (rng.standard_normal(HV) * 0.1).astype(np.float32)
+    pos = np.zeros(B, np.int32)
+    for step in range(2 * L):
+        mixed = rng.standard_normal((B, 2 * H * K + HV * V)).astype(np.float32)
+        a = rng.standard_normal((B, HV)).astype(np.float32)
+        b = rng.standard_normal((B, HV)).astype(np.float32)
+        out = np.full((B, 1, HV, V), np.nan, np.float32)
+        o, st = sg.fused_recurrent_linear_replayssm_decode(mixed, a, b, A_log, dt_bias, K ** -0.5, state, d, kc, g,
+                                                           out, slots, pos, use_qk_l2norm_in_kernel=True)
+        assert o is out and st is state
+        q = mixed[:, :H * K].reshape(B, H, K)
+        k = mixed[:, H * K:2 * H * K].reshape(B, H, K)
+        v = mixed[:, 2 * H * K:].reshape(B, HV, V)
+        want = rs.recurrent(q, k, v, state=ref, slots=slots, cu_seqlens=np.arange(B + 1, dtype=np.int32),
+                            scale=K ** -0.5, a=a, b=b, A_log=A_log, dt_bias=dt_bias)
+        close(out[:, 0], want, 1e-5, 1e-4)
+        pos = (pos + 1) % L
+        if step % L == L - 1:
+            # A flush step wrote the checkpoint: bit-identical to R (R = D, SPEC 6).
+            assert np.array_equal(state[slots], ref[slots])
+
+
+# --- refusals ---------------------------------------------------------------------------------
+
+def snapshot(s):
+    return [x.copy() for x in [s.state, s.q, s.k, s.v, s.a, s.b, *s.ring]]
+
+
+def untouched(s, before):
+    return all(np.array_equal(x, y, equal_nan=True) for x, y in zip([s.state, s.q, s.k, s.v, s.a, s.b, *s.ring],
+                                                                     before))
+
+
+UNSUPPORTED = [
+    ("match_cutedsl_decode", dict(match_cutedsl_decode=True)),
+    ("lower_bound", dict(lower_bound=-5.0)),
+    ("intermediate_states_buffer", dict(intermediate_states_buffer=np.zeros(4, np.float32))),
+    ("intermediate_state_indices", dict(intermediate_state_indices=np.zeros(3, np.int32))),
+    ("cache_steps", dict(cache_steps=4)),
+    ("retrieve_parent_token", dict(retrieve_parent_token=np.zeros((3, 4), np.int32))),
+    ("softplus_beta", dict(softplus_beta=2.0)),
+    ("softplus_threshold", dict(softplus_threshold=10.0)),
+    ("initial_state_source", dict(initial_state_source=None)),
+    ("cache_ring, disable_state_update", dict(disable_state_update=False)),
+    ("initial_state_source.dtype", "f16_state"),
+    ("initial_state_source.stride", "envelope"),
+]
+
+
+@pytest.mark.parametrize("name,kw", UNSUPPORTED, ids=[u[0] for u in UNSUPPORTED])
+def test_every_unsupported_verify_option_is_refused_by_name(rng, name, kw):
+    s = Spec(rng)
+    if kw == "f16_state":
+        kw = dict(initial_state_source=s.state[0].astype(np.float16))
+    elif kw == "envelope":
+        # Page-major: one slot holds every layer's state (and more), so a layer's view has a pitch of
+        # several slots.
+        env = np.zeros((s.NS, 3, s.HV, s.V, s.K), np.float32)
+        kw = dict(initial_state_source=env[:, 1])
+    before = snapshot(s)
+    with pytest.raises(NotImplementedError, match=name.split(".")[0].replace("(", r"\(")):
+        sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(**kw))
+    assert untouched(s, before)
+
+
+BAD_VERIFY = [
+    ("q", lambda s: dict(q=s.q[0])),
+    ("k", lambda s: dict(k=s.k[:, :, :1])),
+    ("v", lambda s: dict(v=s.v.astype(np.float16))),
+    ("a", lambda s: dict(a=s.a[:-1])),
+    ("b", lambda s: dict(b=s.b[:, :-1])),
+    ("A_log", lambda s: dict(A_log=s.A_log.astype(np.float64))),
+    ("dt_bias", lambda s: dict(dt_bias=s.dt_bias[:-1])),
+    ("cu_seqlens", lambda s: dict(cu_seqlens=s.cu.astype(np.int64))),
+    ("initial_state_indices", lambda s: dict(initial_state_indices=s.slots[:2])),
+    ("initial_state_source", lambda s: dict(initial_state_source=s.state[0][:, :, :, :16])),
+    ("replayssm_rawv", lambda s: dict(replayssm_rawv=s.ring[0][0].astype(np.float16))),
+    ("replayssm_rawk", lambda s: dict(replayssm_rawk=s.ring[1][0][:, :1])),
+    ("replayssm_g", lambda s: dict(replayssm_g=np.zeros((s.NS, s.HV, s.W, s.K), np.float32))),
+    ("replayssm_beta", lambda s: dict(replayssm_beta=s.ring[3][0][:, :, :4])),
+    ("scale", lambda s: dict(scale=-1.0)),
+    ("is_kda", lambda s: dict(is_kda="no")),
+]
+
+
+@pytest.mark.parametrize("name,make", BAD_VERIFY, ids=[b[0] for b in BAD_VERIFY])
+def test_every_bad_verify_tensor_is_refused_by_name(rng, name, make):
+    s = Spec(rng)
+    kw = make(s)
+    before = snapshot(s)
+    with pytest.raises(rs.InvalidArgument, match=name):
+        sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(**kw))
+    assert untouched(s, before)
+
+
+BAD_FOLD = [
+    ("max_cache_len", lambda s: dict(max_cache_len=s.W + 1), rs.InvalidArgument),
+    ("num_k_heads", lambda s: dict(num_k_heads=s.H + 1), rs.InvalidArgument),
+    ("g_cache", lambda s: dict(g_cache=np.zeros((s.NL, s.NS, s.HV, s.W, s.K), np.float32)), rs.InvalidArgument),
+    ("beta_cache", lambda s: dict(beta_cache=s.ring[3].astype(np.float16)), rs.InvalidArgument),
+    ("accept_lens", lambda s: dict(accept_lens=s.accept[:2]), rs.InvalidArgument),
+    ("ssm_state_indices", lambda s: dict(ssm_state_indices=s.slots.astype(np.int64)), rs.InvalidArgument),
+    ("mamba_track_indices", lambda s: dict(mamba_track_indices=np.full(3, -1, np.int32)), rs.InvalidArgument),
+    ("null_block_id", lambda s: dict(null_block_id=-2), rs.InvalidArgument),
+    ("checkpoint_state", lambda s: dict(checkpoint_state=s.state.astype(np.float16)), NotImplementedError),
+    ("checkpoint_state", lambda s: dict(checkpoint_state=np.zeros((s.NS, s.NL, s.HV, s.V, s.K),
+                                                                  np.float32).transpose(1, 0, 2, 3, 4)),
+     NotImplementedError),
+    ("rawv_cache", lambda s: dict(rawv_cache=s.ring[0][:, :, :, :, :16]), rs.InvalidArgument),
+]
+
+
+@pytest.mark.parametrize("name,make,err", BAD_FOLD, ids=["%s-%d" % (b[0], i) for i, b in enumerate(BAD_FOLD)])
+def test_every_bad_fold_argument_is_refused_by_name(rng, name, make, err):
+    s = Spec(rng)
+    for layer in range(s.NL):
+        sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(layer))
+    fn, args = s.fold_args(**make(s))
+    before = snapshot(s)
+    with pytest.raises(err, match=name):
+        fn(**args)
+    assert untouched(s, before)
+
+
+def test_a_garbage_slot_is_refused_not_skipped(rng):
+    # SGLang would skip slot -7 silently.
+    s = Spec(rng)
+    for layer in range(s.NL):
+        sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(layer))
+    fn, args = s.fold_args(ssm_state_indices=np.array([3, -7, 1], np.int32))
+    before = snapshot(s)
+    # On host memory the library reads the indices before launching: refused by name, nothing
+    # written (on CUDA the kernel skips the row and sets the error word's bit).
+    with pytest.raises(rs.InvalidArgument, match=r"slots\[1\] = -7"):
+        fn(**args)
+    assert untouched(s, before)
+
+
+def test_the_adapter_imports_without_torch_and_names_sglangs_version():
+    assert sg.SGLANG_VERSION == "0.5.23"
+    for name in sg.__all__:
+        assert hasattr(sg, name)
+
+
+def test_patch_sglang_rebinds_the_names_sglangs_call_sites_use(monkeypatch):
+    import sys
+    import types
+    fakes = {}
+    for module, name in sg._SGLANG_SITES:
+        mod = fakes.setdefault(module, types.ModuleType(module))
+        setattr(mod, name, "sglang's")
+    for module, mod in fakes.items():
+        monkeypatch.setitem(sys.modules, module, mod)
+    done = sg.patch_sglang()
+    assert len(done) == 5
+    for module, name in sg._SGLANG_SITES:
+        assert getattr(fakes[module], name) is getattr(sg, name)
+    # A module without the name (another SGLang version) is refused by name.
+    delattr(fakes[sg._SGLANG_SITES[0][0]], sg._SGLANG_SITES[0][1])
+    with pytest.raises(ImportError, match="gdn_triton has no fused_sigmoid_gating_delta_rule_update"):
+        sg.patch_sglang()
