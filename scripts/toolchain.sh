@@ -14,6 +14,9 @@ rssm_clang_pin="libclang==18.1.1"
 rssm_sass_pins="nvidia-cuda-cuobjdump==13.2.51 nvidia-cuda-nvdisasm==13.2.51"
 # The Python binding's test suite (python/tests, emulated backend): NumPy and pytest with its deps.
 rssm_pytest_pins="numpy==2.2.6 pytest==8.3.5 iniconfig==2.1.0 packaging==25.0 pluggy==1.6.0"
+# The C/C++ package checks (scripts/test-packages): CMake and pkgconf, neither on the machine or
+# in CI. Both wheels carry a prebuilt binary.
+rssm_pkg_pins="cmake==3.31.10 pkgconf==2.5.1.post2"
 
 rssm_pip() {
   # pip from whichever python3 the machine has; install pip itself if it is missing.
@@ -70,3 +73,11 @@ rssm_sass_tools() {
   export CUOBJDUMP="$rssm_tc/sass/nvidia/cu13/bin/cuobjdump"
 }
 
+# Installs CMake and pkgconf (on demand: scripts/test-packages) and exports CMAKE and PKG_CONFIG.
+# The binaries are called directly: the wheels' bin/ wrappers need this dir on PYTHONPATH.
+rssm_cmake_tools() {
+  if [ -n "${CMAKE:-}" ] && [ -n "${PKG_CONFIG:-}" ]; then return 0; fi
+  rssm_install "$rssm_tc/pkgtools" "$rssm_pkg_pins" || return 1
+  export CMAKE=${CMAKE:-$rssm_tc/pkgtools/cmake/data/bin/cmake}
+  export PKG_CONFIG=${PKG_CONFIG:-$rssm_tc/pkgtools/pkgconf/.bin/pkgconf}
+}

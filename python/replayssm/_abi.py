@@ -220,6 +220,11 @@ def _candidates():
     if env:
         yield Path(env)
         return
+    # The copy a wheel carries (`pip install ./python`); a source checkout has none.
+    packaged = Path(__file__).resolve().parent / "lib" / "libreplayssm.so"
+    if packaged.is_file():
+        yield packaged
+        return
     root = Path(__file__).resolve().parents[2]
     target = Path(os.environ.get("CARGO_TARGET_DIR", root / "target"))
     if not target.is_absolute():
@@ -229,8 +234,10 @@ def _candidates():
 
 
 def load():
-    """Loads libreplayssm.so ($REPLAYSSM_LIB, else target/{release,debug} of this checkout) and
-    checks its ABI version and every struct size against this module."""
+    """Loads libreplayssm.so and checks its ABI version and every struct size against this
+    module: $REPLAYSSM_LIB if set, else the library an installed wheel carries
+    (replayssm/lib/libreplayssm.so), else target/{release,debug} of this checkout
+    ($CARGO_TARGET_DIR honoured). Returns (library, path)."""
     tried = []
     for path in _candidates():
         tried.append(str(path))
@@ -238,7 +245,8 @@ def load():
             lib = ctypes.CDLL(str(path))
             break
     else:
-        raise OSError("libreplayssm.so not found (tried: %s). Build it with `cargo build --lib` or set "
+        raise OSError("libreplayssm.so not found (tried: %s). Install the package with `pip install ./python` "
+                      "(it packages the library), build it with `cargo build --lib` in the checkout, or set "
                       "REPLAYSSM_LIB to its path." % ", ".join(tried))
     lib.replayssm_abi_version.restype = u32
     lib.replayssm_version.restype = u32
