@@ -342,8 +342,10 @@ def _commit(fn, kda, layered, checkpoint_state, rawv_cache, rawk_cache, g_cache,
         _i32(fn, "mamba_steps_to_track", mamba_steps_to_track, B)
         # SGLang snapshots only when the step is >= 0 and the slot past the null block: a track
         # step of -1 means "no snapshot" there, where replayssm would flag a set track slot.
-        tslots = _where(mamba_track_indices, (mamba_steps_to_track < 0) | (mamba_track_indices <= nb)
-                        & (mamba_track_indices >= -1), -1)
+        # A row on a null slot is not a request: SGLang returns before its track as well.
+        null_row = (ssm_state_indices >= -1) & (ssm_state_indices <= nb)
+        tslots = _where(mamba_track_indices, (mamba_steps_to_track < 0) | null_row
+                        | ((mamba_track_indices <= nb) & (mamba_track_indices >= -1)), -1)
         track = dict(track_slots=tslots, track_steps=mamba_steps_to_track)
     lift = (lambda x: x) if layered else (lambda x: x[None])
     _rs_fold(state=lift(checkpoint_state), ring=tuple(lift(x) for x in (rawv_cache, rawk_cache, g_cache, beta_cache)),
