@@ -114,9 +114,10 @@ def test_the_verify_writes_sglangs_ring_and_outputs(t, m):
         assert np.array_equal(ours, t[n + "_ours"]), "%s differs from the ring the golden recorded as ours" % n
     assert np.array_equal(ring[0], t["ring_v_sglang"]) and np.array_equal(ring[1], t["ring_k_sglang"])
     assert ring[0].any() and ring[1].any()
-    # g and beta: log1p vs log(1 + x), exp of a negated logit: a few ulp.
-    assert ulps(ring[2], t["ring_g_sglang"]).max() <= 8
-    assert ulps(ring[3], t["ring_beta_sglang"]).max() <= 8
+    # g: SGLang's softplus is log(1 + exp(x)) in f32, up to 15 ulp from its f64 value (ours,
+    # log1pf, within 2: tools/tests/sglang_conformance.rs); beta: a couple of ulp.
+    assert ulps(ring[2], t["ring_g_sglang"]).max() <= 16
+    assert ulps(ring[3], t["ring_beta_sglang"]).max() <= 2
 
 
 def fold_call(t, m, state, ring):
