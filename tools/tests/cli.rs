@@ -18,6 +18,30 @@ fn cases() -> Vec<PathBuf> {
     v
 }
 
+#[test]
+fn the_sglang_golden_fold_cases_pass_check() {
+    // SGLang 0.5.23's outputs and folded checkpoints as expectations (tests/cases/sglang).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/cases/sglang");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".fold.safetensors"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 4,
+        "expected the SGLang fold cases in {dir:?}, found {files:?}"
+    );
+    let out = bin().arg("check").args(&files).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("PASS ")).count(),
+        files.len(),
+        "{stdout}"
+    );
+}
+
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("replayssm-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
