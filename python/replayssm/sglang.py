@@ -39,7 +39,7 @@ per request; without it the CPU path reads `cu_seqlens`, the CUDA path uses the 
 import math
 import numbers
 
-from . import _T, _abi, _bad, _flag, _int, _scale
+from . import _T, _abi, _bad, _flag, _int, _is_bool, _scale
 from . import fold as _rs_fold, recurrent as _recurrent, verify as _verify, decode as _decode
 
 SGLANG_VERSION = "0.5.23"
@@ -197,6 +197,9 @@ def fused_sigmoid_gating_delta_rule_update(
                          if option == "retrieve_parent_token" else "replayssm does not implement this option")
     if cache_steps not in (None, 0):
         _unsupported(fn, "cache_steps", cache_steps, "per-draft state snapshots are what the ring replaces")
+    if any(_is_bool(x) or not isinstance(x, numbers.Real) for x in (softplus_beta, softplus_threshold)):
+        _bad("%s: softplus_beta = %r, softplus_threshold = %r: expected real numbers" % (
+            fn, softplus_beta, softplus_threshold))
     if softplus_beta != 1.0 or softplus_threshold != 20.0:
         _unsupported(fn, "(softplus_beta, softplus_threshold)", (softplus_beta, softplus_threshold),
                      "replayssm's gate is softplus with beta 1.0, linear above 20.0 (SPEC 3)")
@@ -235,13 +238,17 @@ def fused_sigmoid_gating_delta_rule_update(
     rows = B * T
     # SGLang walks the token axis of a and b by stride()[-2]; they are the rows of [B*T, ...].
     gate_w = HV * K if kda else HV
-    ta = _info(fn, "a", a, (2, 3, 4), (tq.dtype,))
-    if math.prod(ta.shape) != rows * gate_w:
-        _bad("%s: a has shape %s, expected %d tokens x %s" % (fn, list(ta.shape), rows,
-                                                              "HV*K = %d (KDA)" % gate_w if kda else "HV = %d" % HV))
+    # SGLang walks a and b by their token stride: [tokens, width] or [B, T, width] (KDA also
+    # [B, T, HV, K]); the leading dims hold the B*T tokens.
+    ta = _info(fn, "a", a, (2, 3, 4) if kda else (2, 3), (tq.dtype,))
+    lead = 2 if kda and len(ta.shape) == 4 else 1
+    width = (HV, K) if lead == 2 else (gate_w,)
+    if tuple(ta.shape[-lead:]) != width or math.prod(ta.shape[:-lead]) != rows:
+        _bad("%s: a has shape %s, expected [%d tokens (or B=%d, T=%d), %s]" % (
+            fn, list(ta.shape), rows, B, T, "HV*K = %d (KDA; or HV, K)" % gate_w if kda else "HV = %d" % HV))
     tb = _info(fn, "b", b, (2, 3), (tq.dtype,))
-    if math.prod(tb.shape) != rows * HV or tb.shape[-1] != HV:
-        _bad("%s: b has shape %s, expected [.., %d tokens, HV = %d]" % (fn, list(tb.shape), rows, HV))
+    if tb.shape[-1] != HV or math.prod(tb.shape[:-1]) != rows:
+        _bad("%s: b has shape %s, expected [%d tokens (or B=%d, T=%d), HV = %d]" % (fn, list(tb.shape), rows, B, T, HV))
     gate = dict(a=a.reshape((rows, HV, K) if kda else (rows, HV)), b=b.reshape(rows, HV),
                 A_log=_f32_param(fn, "A_log", A_log, (HV,)),
                 dt_bias=_f32_param(fn, "dt_bias", dt_bias, (HV, K) if kda else (HV,)))

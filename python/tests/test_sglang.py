@@ -355,7 +355,9 @@ BAD_VERIFY = [
     ("k", lambda s: dict(k=s.k[:, :, :1])),
     ("v", lambda s: dict(v=s.v.astype(np.float16))),
     ("a", lambda s: dict(a=s.a[:-1])),
+    ("a", lambda s: dict(a=np.ascontiguousarray(s.a.T))),  # [HV, T]: the same size, not a layout
     ("b", lambda s: dict(b=s.b[:, :-1])),
+    ("softplus_beta", lambda s: dict(softplus_beta=True)),
     ("A_log", lambda s: dict(A_log=s.A_log.astype(np.float64))),
     ("dt_bias", lambda s: dict(dt_bias=s.dt_bias[:-1])),
     ("cu_seqlens", lambda s: dict(cu_seqlens=s.cu.astype(np.int64))),
@@ -446,3 +448,51 @@ def test_patch_sglang_rebinds_the_names_sglangs_call_sites_use(monkeypatch):
     delattr(fakes[sg._SGLANG_SITES[0][0]], sg._SGLANG_SITES[0][1])
     with pytest.raises(ImportError, match="gdn_triton has no fused_sigmoid_gating_delta_rule_update"):
         sg.patch_sglang()
+
+
+# --- a campaign of bad arguments ----------------------------------------------------------------
+
+def _mutants(x, rng):
+    """Bad stand-ins for one argument: other dtypes, ranks, sizes and layouts, non-tensors."""
+    if isinstance(x, np.ndarray):
+        out = [x.astype(np.float64), x.astype(np.int64), x[..., :1], x[None], x.ravel()[:1], x.tolist(), None, 3]
+        if x.ndim >= 2:
+            out += [np.swapaxes(x, 0, 1), x[:, ::2] if x.shape[1] > 1 else x[:, :0]]
+        if x.dtype == np.float32:
+            out.append(x.astype(np.float16))
+        if x.dtype == np.int32:
+            out += [np.full_like(x, 1 << 20), np.full_like(x, -5)]
+        return out
+    if isinstance(x, bool):
+        return ["yes", 2, None]
+    if isinstance(x, (int, float)):
+        return [True, "8", float("nan"), -(1 << 40), 1e30, None]
+    return [object()]
+
+
+def test_a_campaign_of_bad_arguments_is_refused_by_name_and_writes_nothing(rng):
+    """Every argument of every entry, replaced by each of its mutants: the call either runs (a
+    mutant that is still valid) or raises ReplaySSMError / NotImplementedError, and a refused call
+    leaves every array as it was."""
+    s = Spec(rng, kda=True)
+    fn_fold, fold_args = s.fold_args(mamba_track_indices=np.array([4, -1, -1], np.int32),
+                                     mamba_steps_to_track=np.array([1, -1, -1], np.int32))
+    entries = [(sg.fused_sigmoid_gating_delta_rule_update, s.verify_args()), (fn_fold, fold_args)]
+    calls = refused = 0
+    for fn, args in entries:
+        for name in sorted(args):
+            for bad in _mutants(args[name], rng):
+                before = snapshot(s)
+                try:
+                    fn(**dict(args, **{name: bad}))
+                    print("accepted: %s %s = %r" % (fn.__name__, name, getattr(bad, "shape", bad)))
+                except (rs.ReplaySSMError, NotImplementedError):
+                    refused += 1
+                    assert untouched(s, before), "%s: %s = %r was refused after writing" % (fn.__name__, name,
+                                                                                           type(bad))
+                calls += 1
+                s.state[...] = before[0]
+                for r, b in zip(s.ring, before[6:]):
+                    r[...] = b
+    print("sglang adapter campaign: %d calls, %d refused" % (calls, refused))
+    assert calls > 150 and refused > 0.8 * calls, (calls, refused)
