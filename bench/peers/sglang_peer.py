@@ -12,6 +12,8 @@ For each scenario (fixed seeds, so the files are deterministic):
      here equal to its per-layer `commit_kda_replayssm_spec` loop);
   3. our verify (`replayssm.verify`, SGLang's slots: the verify has no null block) into zeroed rings of
      the same layout, and SGLang's all-layer fold of *our* ring into a copy of state_in.
+Then, for the buffered decode, S steps of SGLang's `fused_recurrent_linear_replayssm_decode` and of
+replayssm.sglang's on an f32 state and f32 rings (`<decode scenario>.decode.safetensors`).
 The golden holds the inputs in SGLang's shapes and all of these results; `<scenario>.fold` is a
 `replayssm check` case (op fold, layer 0, live requests only) whose expectations are SGLang's.
 """
@@ -387,6 +389,85 @@ def write_fold_case(path, sc, x, o_sg, st_sg):
     save(path, t, meta)
 
 
+# --- the buffered decode ------------------------------------------------------------------------
+
+DECODE_SCENARIOS = {
+    # S one-token steps of B rows on an f32 state and f32 rings of L records (the layout where
+    # SGLang's decode ring maps onto ours): cursors cycle 0..L-1 with a flush at L-1, one forced
+    # flush mid-ring (row 1, step 5), a null row (slot -1) from step 7 on.
+    "decode_gdn_f32_gqa": dict(kda=False, H=2, HV=4, K=32, V=32, NS=4, L=4, S=10, slots=[2, 0], seed=11,
+                               force=[(5, 1)], null_from=(7, 1)),
+    "decode_kda_f32_kv": dict(kda=True, H=2, HV=2, K=32, V=64, NS=4, L=4, S=10, slots=[3, 1], seed=12,
+                              force=[(2, 0)], null_from=(8, 0)),
+}
+
+
+def decode_inputs(sc):
+    g = torch.Generator().manual_seed(1000 + sc["seed"])
+    H, HV, K, V, NS, L, S = (sc[x] for x in ("H", "HV", "K", "V", "NS", "L", "S"))
+    B = len(sc["slots"])
+    randn = lambda *s: torch.randn(*s, generator=g, dtype=torch.float32)  # noqa: E731
+    gate = (HV, K) if sc["kda"] else (HV,)
+    x = dict(mixed_qkv=randn(S, B, 2 * H * K + HV * V), a=randn(S, B, *gate), b=randn(S, B, HV),
+             A_log=torch.empty(HV).uniform_(math.log(1.0), math.log(16.0), generator=g),
+             dt_bias=0.1 * randn(*gate), state_in=0.1 * randn(NS, HV, V, K))
+    slots = torch.tensor([sc["slots"]] * S, dtype=torch.int32)
+    step, row = sc["null_from"]
+    slots[step:, row] = -1
+    force = torch.zeros(S, B, dtype=torch.int32)
+    for step, row in sc["force"]:
+        force[step, row] = 1
+    # The caller's cursor protocol: write_pos m pending records; after a flush (m == L-1 or a
+    # forced one) it restarts at 0.
+    pos = torch.zeros(S, B, dtype=torch.int32)
+    for t in range(1, S):
+        flushed = (pos[t - 1] == L - 1) | (force[t - 1] != 0)
+        pos[t] = torch.where(flushed, torch.zeros_like(pos[t - 1]), pos[t - 1] + 1)
+    x.update(slots=slots, write_pos=pos, force_flush=force)
+    return x
+
+
+def run_decode(fn, sc, x):
+    """S steps of `fn` (SGLang's or replayssm.sglang's decode); returns (out [S, B, 1, HV, V],
+    the state after the last step)."""
+    H, HV, K, V, NS, L, S = (sc[k] for k in ("H", "HV", "K", "V", "NS", "L", "S"))
+    B = len(sc["slots"])
+    state = x["state_in"].clone()
+    gshape = (NS, HV, L, K) if sc["kda"] else (NS, HV, L)
+    d, kc, gc = torch.zeros(NS, HV, L, V), torch.zeros(NS, H, L, K), torch.zeros(gshape)
+    outs = []
+    for t in range(S):
+        out = torch.full((B, 1, HV, V), float("nan"))
+        fn(x["mixed_qkv"][t], x["a"][t], x["b"][t], x["A_log"], x["dt_bias"], K ** -0.5, state, d, kc, gc, out,
+           x["slots"][t], x["write_pos"][t], force_flush=x["force_flush"][t], use_qk_l2norm_in_kernel=True,
+           is_kda=sc["kda"])
+        outs.append(out)
+    return torch.stack(outs), state
+
+
+def decode_golden(mods, name, sc, out_dir, command):
+    import replayssm.sglang as ours
+    x = decode_inputs(sc)
+    o_sg, st_sg = run_decode(mods["fused_recurrent_linear_replayssm.py"].fused_recurrent_linear_replayssm_decode, sc, x)
+    o_us, st_us = run_decode(ours.fused_recurrent_linear_replayssm_decode, sc, x)
+    live = (x["slots"] >= 0)[:, :, None, None, None].expand_as(o_sg)
+    print("%s (f32 %s, H=%d HV=%d K=%d V=%d, %d slots, L=%d, %d steps):" % (
+        name, "kda" if sc["kda"] else "gdn", sc["H"], sc["HV"], sc["K"], sc["V"], sc["NS"], sc["L"], sc["S"]))
+    print("  o (live rows) ours vs SGLang: max |diff| %.3e (max |o| %.3e); null rows: ours %s, SGLang's %s" % (
+        (o_sg - o_us)[live].abs().max().item(), o_sg[live].abs().max().item(),
+        "zero" if bool((o_us[~live] == 0).all()) else "NOT ZERO", "zero" if bool((o_sg[~live] == 0).all()) else "nonzero"))
+    print("  state after the last step: max |diff| %.3e" % (st_sg - st_us).abs().max().item())
+    t = dict(x, out_sglang=o_sg, state_sglang=st_sg)
+    meta = dict(format="replayssm-sglang-decode-golden-1", scenario=name, sglang_version=SGLANG_VERSION,
+                torch_version=torch.__version__, triton_version=triton.__version__,
+                variant="kda" if sc["kda"] else "gdn", H=sc["H"], HV=sc["HV"], K=sc["K"], V=sc["V"],
+                num_slots=sc["NS"], cache_len=sc["L"], steps=sc["S"], scale=repr(sc["K"] ** -0.5),
+                use_qk_l2norm="true", command=command)
+    save(out_dir / (name + ".decode.safetensors"), {k: v.contiguous() for k, v in t.items()},
+         {k: str(v) for k, v in meta.items()})
+    print("  wrote %s.decode.safetensors" % name)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--site", required=True, help="the site-packages holding the sglang wheel")
@@ -404,7 +485,8 @@ def main():
         SGLANG_VERSION, args.site, torch.__version__, triton.__version__, replayssm.version()))
     with tempfile.TemporaryDirectory() as tmp:
         mods = {}
-        for f in ("fused_sigmoid_gating_recurrent.py", "gdn_replayssm_spec_fold.py", "kda_replayssm_spec_decode.py"):
+        for f in ("fused_sigmoid_gating_recurrent.py", "gdn_replayssm_spec_fold.py", "kda_replayssm_spec_decode.py",
+                  "fused_recurrent_linear_replayssm.py"):
             mods[f], n = _load_kernel(Path(args.site), f, tmp)
             print("  loaded %s (%d interpreter patch%s)" % (f, n, "" if n == 1 else "es"))
         for name, sc in SCENARIOS.items():
@@ -425,6 +507,9 @@ def main():
                          st_of_ours, args.command)
             write_fold_case(out / (name + ".fold.safetensors"), sc, x, o_sg, st_sg)
             print("  wrote %s.{golden,fold}.safetensors (%.1f s)" % (name, time.time() - t0))
+        for name, sc in DECODE_SCENARIOS.items():
+            if not args.only or name in args.only:
+                decode_golden(mods, name, sc, out, args.command)
 
 
 if __name__ == "__main__":

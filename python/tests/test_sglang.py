@@ -51,6 +51,7 @@ def f32_goldens():
 def test_the_goldens_are_there():
     # The golden tests below must not pass by having nothing to run.
     assert len(GOLDENS) >= 4, GOLDENS
+    assert len(sorted((ROOT / "tests" / "cases" / "sglang").glob("*.decode.safetensors"))) >= 2
     assert f32_goldens(), "no f32 golden to run the NumPy adapter on"
 
 
@@ -158,6 +159,38 @@ def test_the_per_layer_kda_fold_is_the_all_layer_fold(t, m):
                                      t["accept_lens"], ring[0].shape[-2], ring[1].shape[2], t["track_slots"],
                                      t["track_steps"], null_block_id=int(m["null_block_id"]))
     assert np.array_equal(per_layer, all_layers)
+
+
+DECODES = sorted((ROOT / "tests" / "cases" / "sglang").glob("*.decode.safetensors"))
+
+
+@pytest.mark.parametrize("path", DECODES, ids=[p.name.split(".")[0] for p in DECODES])
+def test_the_buffered_decode_gives_sglangs_outputs_and_checkpoints(path):
+    """SGLang's buffered decode, step by step (cursors, flushes at L-1, a forced flush, a null
+    row), against the adapter on the same f32 state and rings."""
+    t, m = read_safetensors(path)
+    kda = m["variant"] == "kda"
+    S, NS, L, H, HV, K, V = meta_ints(m, "steps", "num_slots", "cache_len", "H", "HV", "K", "V")
+    B = t["slots"].shape[1]
+    state = t["state_in"].copy()
+    d = np.zeros((NS, HV, L, V), np.float32)
+    kc = np.zeros((NS, H, L, K), np.float32)
+    gc = np.zeros((NS, HV, L, K) if kda else (NS, HV, L), np.float32)
+    flushes = 0
+    for step in range(S):
+        out = np.full((B, 1, HV, V), np.nan, np.float32)
+        sg.fused_recurrent_linear_replayssm_decode(
+            t["mixed_qkv"][step], t["a"][step], t["b"][step], t["A_log"], t["dt_bias"], float(m["scale"]), state, d,
+            kc, gc, out, t["slots"][step], t["write_pos"][step], force_flush=t["force_flush"][step],
+            use_qk_l2norm_in_kernel=True, is_kda=kda)
+        live = t["slots"][step] >= 0
+        close(out[live], t["out_sglang"][step][live], 1e-6, 1e-5)
+        assert (out[~live] == 0).all()
+        flushes += int(((t["write_pos"][step] == L - 1) | (t["force_flush"][step] != 0))[live].sum())
+    assert flushes >= 3
+    written = (t["state_sglang"] != t["state_in"]).any(axis=(1, 2, 3))
+    assert written.any() and (state[~written] == t["state_in"][~written]).all()
+    close(state, t["state_sglang"], 2.5e-7, 1e-6)
 
 
 # --- synthetic: the adapter is the binding --------------------------------------------------------
