@@ -54,7 +54,7 @@
 /*
  Version of the C ABI: bumped when a struct or a signature changes incompatibly.
  */
-#define REPLAYSSM_ABI_VERSION 1
+#define REPLAYSSM_ABI_VERSION 2
 
 /*
  Most draft tokens of one request in a verify (chain window or tree nodes, root included).
@@ -258,6 +258,10 @@ typedef struct replayssm_recurrent_params {
   int32_t qk_l2norm;
   int32_t write_state;
   int32_t reserved;
+  /*
+   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`).
+   */
+  int64_t state_slot_stride;
 } replayssm_recurrent_params;
 
 /*
@@ -310,6 +314,15 @@ typedef struct replayssm_verify_params {
   int32_t variant;
   int32_t qk_l2norm;
   int32_t reserved;
+  /*
+   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+   */
+  int64_t state_slot_stride;
+  /*
+   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+   */
+  int64_t state_layer_stride;
 } replayssm_verify_params;
 
 /*
@@ -342,6 +355,15 @@ typedef struct replayssm_fold_params {
   int32_t variant;
   int32_t qk_l2norm;
   int32_t path_width;
+  /*
+   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+   */
+  int64_t state_slot_stride;
+  /*
+   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+   */
+  int64_t state_layer_stride;
 } replayssm_fold_params;
 
 /*
@@ -370,6 +392,15 @@ typedef struct replayssm_replay_params {
   int32_t dtype;
   int32_t variant;
   int32_t qk_l2norm;
+  /*
+   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+   */
+  int64_t state_slot_stride;
+  /*
+   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+   */
+  int64_t state_layer_stride;
 } replayssm_replay_params;
 
 /*
@@ -417,6 +448,15 @@ typedef struct replayssm_decode_params {
   int32_t variant;
   int32_t qk_l2norm;
   int32_t reserved;
+  /*
+   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+   */
+  int64_t state_slot_stride;
+  /*
+   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+   */
+  int64_t state_layer_stride;
 } replayssm_decode_params;
 
 /*
@@ -486,6 +526,15 @@ typedef struct replayssm_verify_fold_params {
   int32_t variant;
   int32_t qk_l2norm;
   int32_t reserved;
+  /*
+   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+   */
+  int64_t state_slot_stride;
+  /*
+   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+   */
+  int64_t state_layer_stride;
   const int32_t *pending;
   const int32_t *track_slots;
   const int32_t *track_steps;

@@ -13,37 +13,37 @@ macro_rules! assert_layout {
     };
 }
 
-assert_layout!(rssm_recurrent_params, size = 224, {
+assert_layout!(rssm_recurrent_params, size = 232, {
     q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64,
     cu_seqlens = 72, slots = 80, state = 88, snapshots = 96, o = 104, error_word = 112,
     q_stride = 120, k_stride = 128, v_stride = 136, a_stride = 144, b_stride = 152, o_stride = 160,
     num_tokens = 168, batch = 172, max_seqlen = 176, num_slots = 180,
     H = 184, HV = 188, K = 192, V = 196, scale = 200, dtype = 204, variant = 208,
-    qk_l2norm = 212, write_state = 216, reserved = 220,
+    qk_l2norm = 212, write_state = 216, reserved = 220, state_slot_stride = 224,
 });
 
-assert_layout!(rssm_verify_params, size = 272, {
-    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, cu_seqlens = 72, parent = 80, slots = 88, state = 96, o = 104, ring_v = 112, ring_k = 120, ring_g = 128, ring_beta = 136, error_word = 144, q_stride = 152, k_stride = 160, v_stride = 168, a_stride = 176, b_stride = 184, o_stride = 192, num_tokens = 200, batch = 204, max_seqlen = 208, num_slots = 212, num_layers = 216, layer = 220, window = 224, H = 228, HV = 232, K = 236, V = 240, scale = 244, dtype = 248, variant = 252, qk_l2norm = 256, impl_ = 260, block_rows = 264, reserved = 268,
+assert_layout!(rssm_verify_params, size = 288, {
+    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, cu_seqlens = 72, parent = 80, slots = 88, state = 96, o = 104, ring_v = 112, ring_k = 120, ring_g = 128, ring_beta = 136, error_word = 144, q_stride = 152, k_stride = 160, v_stride = 168, a_stride = 176, b_stride = 184, o_stride = 192, num_tokens = 200, batch = 204, max_seqlen = 208, num_slots = 212, num_layers = 216, layer = 220, window = 224, H = 228, HV = 232, K = 236, V = 240, scale = 244, dtype = 248, variant = 252, qk_l2norm = 256, impl_ = 260, block_rows = 264, reserved = 268, state_slot_stride = 272, state_layer_stride = 280,
 });
 
-assert_layout!(rssm_fold_params, size = 144, {
-    state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, accept_lens = 48, track_slots = 56, track_steps = 64, accept_paths = 72, error_word = 80, batch = 88, num_slots = 92, num_layers = 96, window = 100, H = 104, HV = 108, K = 112, V = 116, dtype = 120, variant = 124, qk_l2norm = 128, path_width = 132, impl_ = 136, block_rows = 140,
+assert_layout!(rssm_fold_params, size = 160, {
+    state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, accept_lens = 48, track_slots = 56, track_steps = 64, accept_paths = 72, error_word = 80, batch = 88, num_slots = 92, num_layers = 96, window = 100, H = 104, HV = 108, K = 112, V = 116, dtype = 120, variant = 124, qk_l2norm = 128, path_width = 132, impl_ = 136, block_rows = 140, state_slot_stride = 144, state_layer_stride = 152,
 });
 
-assert_layout!(rssm_replay_params, size = 120, {
-    state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, counts = 48, error_word = 56, batch = 64, num_slots = 68, num_layers = 72, layer = 76, window = 80, H = 84, HV = 88, K = 92, V = 96, dtype = 100, variant = 104, qk_l2norm = 108, impl_ = 112, block_rows = 116,
+assert_layout!(rssm_replay_params, size = 136, {
+    state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, counts = 48, error_word = 56, batch = 64, num_slots = 68, num_layers = 72, layer = 76, window = 80, H = 84, HV = 88, K = 92, V = 96, dtype = 100, variant = 104, qk_l2norm = 108, impl_ = 112, block_rows = 116, state_slot_stride = 120, state_layer_stride = 128,
 });
 
-assert_layout!(rssm_decode_params, size = 256, {
-    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, slots = 72, positions = 80, force_flush = 88, state = 96, ring_d = 104, ring_k = 112, ring_g = 120, o = 128, error_word = 136, q_stride = 144, k_stride = 152, v_stride = 160, a_stride = 168, b_stride = 176, o_stride = 184, batch = 192, num_slots = 196, num_layers = 200, layer = 204, cache_len = 208, H = 212, HV = 216, K = 220, V = 224, scale = 228, dtype = 232, variant = 236, qk_l2norm = 240, impl_ = 244, block_rows = 248, reserved = 252,
+assert_layout!(rssm_decode_params, size = 272, {
+    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, slots = 72, positions = 80, force_flush = 88, state = 96, ring_d = 104, ring_k = 112, ring_g = 120, o = 128, error_word = 136, q_stride = 144, k_stride = 152, v_stride = 160, a_stride = 168, b_stride = 176, o_stride = 184, batch = 192, num_slots = 196, num_layers = 200, layer = 204, cache_len = 208, H = 212, HV = 216, K = 220, V = 224, scale = 228, dtype = 232, variant = 236, qk_l2norm = 240, impl_ = 244, block_rows = 248, reserved = 252, state_slot_stride = 256, state_layer_stride = 264,
 });
 
 assert_layout!(rssm_cursor_params, size = 56, {
     cursors = 0, slots = 8, positions = 16, force_flush = 24, error_word = 32, batch = 40, num_slots = 44, cache_len = 48, op = 52,
 });
 
-assert_layout!(rssm_verify_fold_params, size = 296, {
-    verify = 0, pending = 272, track_slots = 280, track_steps = 288,
+assert_layout!(rssm_verify_fold_params, size = 312, {
+    verify = 0, pending = 288, track_slots = 296, track_steps = 304,
 });
 
 assert_layout!(rssm_defer_params, size = 72, {

@@ -613,7 +613,7 @@ fn every_kind_of_bad_input_is_a_status_with_a_message_naming_the_field() {
             "struct_size large",
             |p| p.struct_size += 8,
             REPLAYSSM_ERR_STRUCT_SIZE,
-            "expects 144",
+            "expects 160",
         ),
     ];
     for (what, edit, status, needle) in cases {

@@ -727,6 +727,43 @@ fn catalogue() -> Vec<Named> {
             INV,
             "window = 1 is smaller than max_seqlen = 2",
         ),
+        // The checkpoint pool's pitches (a page-major pool sets them): below a slot, overlapping
+        // layers, not whole float4s.
+        (
+            Verify,
+            "state slot pitch below a slot",
+            set!(Verify, state_slot_stride = 4),
+            INV,
+            "state_slot_stride = 4 is smaller than one slot's checkpoint",
+        ),
+        (
+            Fold,
+            "state layers one float apart",
+            set!(Fold, state_layer_stride = 4),
+            INV,
+            "state_layer_stride = 4 with state_slot_stride = 0: the 2 layers' checkpoints overlap",
+        ),
+        (
+            Recurrent,
+            "negative state slot pitch",
+            set!(Recurrent, state_slot_stride = -4),
+            INV,
+            "state_slot_stride = -4: expected 0 (packed) or a multiple of 4",
+        ),
+        (
+            Decode,
+            "state slot pitch not whole float4s",
+            set!(Decode, state_slot_stride = 1 << 20 | 2),
+            INV,
+            "state_slot_stride = 1048578",
+        ),
+        (
+            Replay,
+            "state slot pitch past 2^40",
+            set!(Replay, state_slot_stride = 1 << 44),
+            INV,
+            "state_slot_stride = 17592186044416",
+        ),
         (
             Fold,
             "huge num_layers",
@@ -1027,7 +1064,7 @@ fn deferred_catalogue() -> Vec<Named> {
                 struct_size = std::mem::size_of::<replayssm_verify_params>() as u32
             ),
             REPLAYSSM_ERR_STRUCT_SIZE,
-            "replayssm_verify_fold_params.struct_size is 272",
+            "replayssm_verify_fold_params.struct_size is 288",
         ),
         (
             VerifyFold,

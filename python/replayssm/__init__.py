@@ -23,7 +23,8 @@ Layouts (NL layers, NS slots, H key heads, HV value heads, W window, L cache len
   q, k [T, H, K]; v, o [T, HV, V] (act dtype; the token dim may be strided)
   raw gate a [T, HV] (KDA [T, HV, K]), b [T, HV] (act); A_log [HV], dt_bias [HV] (KDA [HV, K]) f32
   precomputed gate g [T, HV] (KDA [T, HV, K]), beta [T, HV] f32
-  state [NL, NS, HV, V, K] f32 (recurrent: [NS, HV, V, K])
+  state [NL, NS, HV, V, K] f32 (recurrent: [NS, HV, V, K]); each slot's [HV, V, K] contiguous, the
+        layer and slot dims of any pitch the library accepts (a page-major pool's strided view)
   spec ring (ring_v [NL, NS, HV, W, V], ring_k [NL, NS, H, W, K] act, ring_g [NL, NS, HV, W(, K)],
              ring_beta [NL, NS, HV, W] f32)
   decode ring (ring_d [NL, NS, HV, L, V], ring_k [NL, NS, H, L, K], ring_g [NL, NS, HV, L(, K)]) f32
@@ -320,9 +321,12 @@ class _Call:
         self.entry = entry
         self.tensors = []
 
-    def t(self, name, obj, shape, dtypes, token_strided=False, optional=False, written=False, empty_ok=False):
+    def t(self, name, obj, shape, dtypes, token_strided=False, optional=False, written=False, empty_ok=False,
+          pool_dims=0):
         """A tensor of `shape` (None = any size) and one of `dtypes`; returns its address (0 for None).
-        `written`: the call writes it (it must be writeable); `empty_ok`: dim 0 may be 0 (zero tokens)."""
+        `written`: the call writes it (it must be writeable); `empty_ok`: dim 0 may be 0 (zero tokens);
+        `pool_dims`: its leading dims (layers, slots of a checkpoint pool) may have any pitch, the
+        library checks them (see _pitches)."""
         if obj is None:
             if optional:
                 return None
@@ -348,7 +352,7 @@ class _Call:
             # Nothing is addressed (numpy gives zero-size arrays all-zero strides): no layout to check.
             self.tensors.append(t)
             return t
-        if not t.contiguous_from(1 if token_strided else 0):
+        if not t.contiguous_from(1 if token_strided else pool_dims):
             _bad("%s: %s must be contiguous%s (strides %s)" % (self.entry, name,
                                                               " within a token" if token_strided else "", t.strides))
         if token_strided and len(t.shape) > 1 and t.shape[0] > 1:
@@ -386,6 +390,15 @@ class _Call:
                 word = ctypes.c_uint32.from_address(error_word.ptr)
                 word.value |= scratch.value
             raise DeviceIndexError(self.entry, scratch.value)
+
+
+def _pitches(p, ts, slot_dim):
+    """The checkpoint pool's slot (and layer) pitch from its strides: an engine's page-major pool
+    ("envelope": one slot holds every layer) is a strided view; 0 where a dim has one entry."""
+    pitch = lambda d: ts.strides[d] if ts.shape[d] > 1 else 0  # noqa: E731
+    p.state_slot_stride = pitch(slot_dim)
+    if slot_dim == 1:
+        p.state_layer_stride = pitch(0)
 
 
 def check_error_word(word):
@@ -495,7 +508,8 @@ def recurrent(q, k, v, *, state, slots, cu_seqlens, o=None, write_state=True, sn
     p = _abi.RecurrentParams(struct_size=ctypes.sizeof(_abi.RecurrentParams))
     write_state = _flag(c.entry, "write_state", write_state)
     o, T, H, HV, K, V, _ = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
-    ts = c.t("state", state, (None, HV, V, K), ("f32",), written=bool(write_state))
+    ts = c.t("state", state, (None, HV, V, K), ("f32",), written=bool(write_state), pool_dims=1)
+    _pitches(p, ts, 0)
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tcu = c.t("cu_seqlens", cu_seqlens, (B + 1,), ("i32",))
@@ -536,7 +550,8 @@ def verify(q, k, v, *, state, slots, cu_seqlens, layer, ring=None, parent=None, 
     c = _Call("replayssm_verify")
     p = _abi.VerifyParams(struct_size=ctypes.sizeof(_abi.VerifyParams))
     o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
-    ts = c.t("state", state, (None, None, HV, V, K), ("f32",))
+    ts = c.t("state", state, (None, None, HV, V, K), ("f32",), pool_dims=2)
+    _pitches(p, ts, 1)
     NL, NS = ts.shape[:2]
     layer = _layer(c, layer, NL)
     tsl = c.t("slots", slots, (None,), ("i32",))
@@ -560,7 +575,8 @@ def verify(q, k, v, *, state, slots, cu_seqlens, layer, ring=None, parent=None, 
 
 
 def _ring_problem(c, p, state, ring, qk_l2norm):
-    ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True)
+    ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True, pool_dims=2)
+    _pitches(p, ts, 1)
     NL, NS, HV, V, K = ts.shape
     ptrs, H, W, kda, tv = _spec_ring(c, ring, NL, NS, HV, V, K)
     p.state = ts.ptr
@@ -609,7 +625,8 @@ def replay(*, state, ring, slots, counts, layer, qk_l2norm=True, error_word=None
 
 
 def _decode_ring(c, p, state, decode_ring, kda=None, ring_written=False):
-    ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True)
+    ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True, pool_dims=2)
+    _pitches(p, ts, 1)
     NL, NS, HV, V, K = ts.shape
     if decode_ring is None or len(decode_ring) != 3:
         _bad("%s: decode_ring must be (ring_d, ring_k, ring_g)" % c.entry)
@@ -697,7 +714,8 @@ def verify_fold(q, k, v, *, state, slots, cu_seqlens, layer, ring, pending, pare
     c = _Call("replayssm_verify_fold")
     p = _abi.VerifyFoldParams(struct_size=ctypes.sizeof(_abi.VerifyFoldParams))
     o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
-    ts = c.t("state", state, (None, None, HV, V, K), ("f32",), written=True)
+    ts = c.t("state", state, (None, None, HV, V, K), ("f32",), written=True, pool_dims=2)
+    _pitches(p, ts, 1)
     NL, NS = ts.shape[:2]
     layer = _layer(c, layer, NL)
     tsl = c.t("slots", slots, (None,), ("i32",))

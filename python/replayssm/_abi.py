@@ -12,7 +12,7 @@ from pathlib import Path
 c_void_p = ctypes.c_void_p
 i32, i64, u32, f32 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint32, ctypes.c_float
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 MAX_VERIFY_WINDOW = 16
 # Most records of a decode ring: cache_len's limit (REPLAYSSM_MAX_CACHE_LEN in include/replayssm.h).
 MAX_CACHE_LEN = 1 << 16
@@ -131,6 +131,8 @@ _HEADER = [("struct_size", u32), ("flags", u32)]
 _TOKENS = [(n, c_void_p) for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias", "g", "beta")]
 _STRIDES = [(n, i64) for n in ("q_stride", "k_stride", "v_stride", "a_stride", "b_stride", "o_stride")]
 _DIMS = [(n, i32) for n in ("H", "HV", "K", "V")]
+# The checkpoint pool's pitches in elements (0 = packed), at the end of the structs that have a pool.
+_PITCHES = [("state_slot_stride", i64), ("state_layer_stride", i64)]
 
 
 def _ptrs(*names):
@@ -144,7 +146,7 @@ def _ints(*names):
 class RecurrentParams(_Params):
     _fields_ = (_HEADER + _TOKENS + _ptrs("cu_seqlens", "slots", "state", "snapshots", "o", "error_word")
                 + _STRIDES + _ints("num_tokens", "batch", "max_seqlen", "num_slots") + _DIMS
-                + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "write_state", "reserved"))
+                + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "write_state", "reserved") + _PITCHES[:1])
 
 
 class VerifyParams(_Params):
@@ -153,7 +155,7 @@ class VerifyParams(_Params):
                         "ring_beta", "error_word")
                 + _STRIDES + _ints("num_tokens", "batch", "max_seqlen", "num_slots", "num_layers", "layer",
                                    "window") + _DIMS
-                + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "reserved"))
+                + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "reserved") + _PITCHES)
 
 
 class FoldParams(_Params):
@@ -161,20 +163,20 @@ class FoldParams(_Params):
                 + _ptrs("state", "ring_v", "ring_k", "ring_g", "ring_beta", "slots", "accept_lens", "track_slots",
                         "track_steps", "accept_paths", "error_word")
                 + _ints("batch", "num_slots", "num_layers", "window") + _DIMS
-                + _ints("dtype", "variant", "qk_l2norm", "path_width"))
+                + _ints("dtype", "variant", "qk_l2norm", "path_width") + _PITCHES)
 
 
 class ReplayParams(_Params):
     _fields_ = (_HEADER + _ptrs("state", "ring_v", "ring_k", "ring_g", "ring_beta", "slots", "counts", "error_word")
                 + _ints("batch", "num_slots", "num_layers", "layer", "window") + _DIMS
-                + _ints("dtype", "variant", "qk_l2norm"))
+                + _ints("dtype", "variant", "qk_l2norm") + _PITCHES)
 
 
 class DecodeParams(_Params):
     _fields_ = (_HEADER + _TOKENS
                 + _ptrs("slots", "positions", "force_flush", "state", "ring_d", "ring_k", "ring_g", "o", "error_word")
                 + _STRIDES + _ints("batch", "num_slots", "num_layers", "layer", "cache_len") + _DIMS
-                + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "reserved"))
+                + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "reserved") + _PITCHES)
 
 
 class CursorParams(_Params):

@@ -18,9 +18,10 @@ What is covered and what is refused (every refusal happens before anything is wr
   - the folds (`commit_gdn_replayssm_fold_all_layers`, `commit_kda_replayssm_spec`,
     `commit_kda_replayssm_spec_all_layers`) run kernel F, track slots included.
   - `fused_recurrent_linear_replayssm_decode` runs kernel D on an f32 state and f32 rings.
-  - Pools: a state pool or ring whose slot pitch (`stride(0)` of a per-layer view, `stride(1)` of
-    an all-layer one) is not exactly one slot (SGLang's page-major "envelope" pools) is refused:
-    replayssm's ABI addresses slots at a pitch of one slot.
+  - Pools: a checkpoint pool may have any slot and layer pitch the library accepts (`stride(0)`
+    of a per-layer view, `stride(1)` / `stride(0)` of an all-layer one: SGLang's page-major
+    "envelope" pools included); a ring whose slot pitch is not exactly one slot is refused (SGLang
+    allocates its rings packed).
 
 Semantic differences (docs/sglang.md lists them all): a null row (slot -1, or a slot <=
 `null_block_id` in the folds) gets zero outputs (SGLang computes them from a zero state); indices
@@ -109,8 +110,9 @@ def _shape(fn, name, t, want):
 
 
 def _one_slot_pitch(fn, name, t, slot_dim):
-    """Dims after `slot_dim` contiguous and the slot pitch exactly one slot (dims before it, the
-    layers, follow at a pitch of all the slots): the only pool layout the ABI addresses."""
+    """A ring: dims after `slot_dim` contiguous and the slot pitch exactly one slot (dims before
+    it, the layers, follow at a pitch of all the slots), as SGLang allocates its rings: the only
+    ring layout the ABI addresses (checkpoint pools may be strided: _pool)."""
     if 0 in t.shape:
         _bad("%s: %s has shape %s: every size must be at least 1" % (fn, name, list(t.shape)))
     if not t.contiguous_from(slot_dim + 1):
@@ -118,9 +120,18 @@ def _one_slot_pitch(fn, name, t, slot_dim):
     if not t.contiguous_from(0):
         blk = math.prod(t.shape[slot_dim + 1:])
         _unsupported(fn, "%s.stride()" % name, tuple(t.strides),
-                     "replayssm addresses slots at a pitch of exactly one slot (%d elements) and layers at a pitch "
-                     "of all the slots; this is a strided view (a page-major or unified 'envelope' pool). "
-                     "Allocate the pool as its own [layers, slots, ...] tensor" % blk)
+                     "replayssm addresses a ring's slots at a pitch of exactly one slot (%d elements) and its "
+                     "layers at a pitch of all the slots (as SGLang allocates them); this is a strided view. "
+                     "Allocate the ring as its own [layers, slots, ...] tensor" % blk)
+
+
+def _pool(fn, name, t, slot_dim):
+    """A checkpoint pool: each slot contiguous; the slot (and layer) pitch is any the library
+    accepts, SGLang's page-major "envelope" pools included (it checks the pitches)."""
+    if 0 in t.shape:
+        _bad("%s: %s has shape %s: every size must be at least 1" % (fn, name, list(t.shape)))
+    if not t.contiguous_from(slot_dim + 1):
+        _bad("%s: %s must be contiguous within a slot (shape %s, strides %s)" % (fn, name, list(t.shape), list(t.strides)))
 
 
 def _f32_param(fn, name, x, shape):
@@ -258,7 +269,7 @@ def fused_sigmoid_gating_delta_rule_update(
     if ts.dtype != "f32":
         _unsupported(fn, "initial_state_source.dtype", ts.dtype, "replayssm keeps an fp32 checkpoint")
     _shape(fn, "initial_state_source", ts, (None, HV, V, K))
-    _one_slot_pitch(fn, "initial_state_source", ts, 0)
+    _pool(fn, "initial_state_source", ts, 0)
     state = initial_state_source
     common = dict(slots=initial_state_indices, cu_seqlens=cu_seqlens, scale=scale, qk_l2norm=qk_l2norm,
                   error_word=error_word, **gate)
@@ -335,7 +346,8 @@ def _commit(fn, kda, layered, checkpoint_state, rawv_cache, rawk_cache, g_cache,
     # SGLang indexes the ring with max_cache_len: anything but the ring's own length misreads it.
     _int(fn, "max_cache_len", max_cache_len, W, W, " (replayssm reads rawv_cache.shape[-2] = %d)" % W)
     nb = _int(fn, "null_block_id", null_block_id, -1, ts.shape[lead - 1] - 1, " (slot -1 or a slot of the pool)")
-    for n, t in zip(("checkpoint_state",) + names, [ts] + tr):
+    _pool(fn, "checkpoint_state", ts, lead - 1)
+    for n, t in zip(names, tr):
         _one_slot_pitch(fn, n, t, lead - 1)
     tidx = _i32(fn, "ssm_state_indices", ssm_state_indices)
     B = tidx.shape[0]
@@ -431,7 +443,8 @@ def fused_recurrent_linear_replayssm_decode(mixed_qkv, a, b, A_log, dt_bias, sca
     for n, t in (("d_cache", td), ("k_cache", tk), ("g_cache", tg)):
         if t.dtype != "f32":
             _unsupported(fn, "%s.dtype" % n, t.dtype, "replayssm's decode ring holds f32 records (an f32 state pool)")
-    for n, t in (("initial_state", ts), ("d_cache", td), ("k_cache", tk), ("g_cache", tg)):
+    _pool(fn, "initial_state", ts, 0)
+    for n, t in (("d_cache", td), ("k_cache", tk), ("g_cache", tg)):
         _one_slot_pitch(fn, n, t, 0)
     to = _info(fn, "out", out, (4,), (tm.dtype,))
     _shape(fn, "out", to, (B, 1, HV, V))

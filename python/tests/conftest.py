@@ -1,3 +1,4 @@
+import math
 import sys
 
 import numpy as np
@@ -63,3 +64,17 @@ class Problem:
 def rng(request):
     # A fresh, reproducible stream per test.
     return np.random.default_rng(abs(hash(request.node.name)) % (2 ** 32))
+
+
+def envelope(packed, extra=3):
+    """`packed` [NL, NS, HV, V, K] as SGLang's page-major "envelope" pool lays it out: one entry per
+    slot holding every layer's checkpoint (and `extra` elements of other state, the conv state
+    there), so a layer's view has a pitch of a whole entry. Returns the all-layer view."""
+    NL, NS = packed.shape[:2]
+    blk = math.prod(packed.shape[2:])
+    entry = NL * blk + 4 * extra
+    raw = np.full(NS * entry, np.nan, np.float32)
+    view = np.lib.stride_tricks.as_strided(raw, shape=packed.shape,
+                                           strides=(blk * 4, entry * 4) + packed.strides[2:])
+    view[...] = packed
+    return view, raw

@@ -9,7 +9,7 @@ import pytest
 
 import replayssm as rs
 from replayssm import _abi
-from conftest import Problem, delta_rule_reference
+from conftest import Problem, delta_rule_reference, envelope
 
 
 def bits(x):
@@ -80,15 +80,16 @@ def test_verify_then_fold_gives_the_recurrent_state_bit_for_bit(rng, kda):
         assert (bits(pool[layer]) == bits(state_r)).all(), "fold is not bit-identical to kernel R"
 
 
-@pytest.mark.parametrize("kda", [False, True])
-def test_deferred_fold_matches_verify_then_fold_bit_for_bit(rng, kda):
+@pytest.mark.parametrize("kda,strided", [(False, False), (True, False), (True, True)])
+def test_deferred_fold_matches_verify_then_fold_bit_for_bit(rng, kda, strided):
     """Three steps of VF + COMMIT, then a flush (GATHER, fold's path mode, RESET), against V + F on
-    the same windows: the same outputs and the same checkpoints, bit for bit."""
+    the same windows: the same outputs and the same checkpoints, bit for bit. `strided`: VF's pool
+    is a page-major view (state_slot_stride / state_layer_stride), V + F's packed."""
     W, NL = 4, 2
     steps = [Problem(rng, [4, 2, 3], kda=kda) for _ in range(3)]
     slots, NS = steps[0].slots, len(steps[0].state)
     pool_f = np.stack([steps[0].state] * NL)
-    pool_vf = pool_f.copy()
+    pool_vf, raw = envelope(pool_f) if strided else (pool_f.copy(), None)
 
     def ring_of(w):
         return (np.full((NL, NS, steps[0].HV, w, steps[0].V), np.nan, np.float32),
@@ -117,6 +118,8 @@ def test_deferred_fold_matches_verify_then_fold_bit_for_bit(rng, kda):
     rs.defer(rs.DeferOp.RESET, pending=pending, slots=slots, error_word=err)
     assert err[0] == 0 and (pending[:, 0] == 0).all()
     assert (bits(pool_vf) == bits(pool_f)).all(), "flushed VF checkpoints != V + F's"
+    if strided:
+        assert np.isnan(raw).sum() == raw.size - pool_f.size, "VF wrote outside the checkpoints"
     with pytest.raises(rs.InvalidArgument, match="pending"):
         rs.verify_fold(steps[0].q, steps[0].k, steps[0].v, g=steps[0].g, beta=steps[0].beta, slots=slots,
                        cu_seqlens=steps[0].cu_seqlens, layer=0, state=pool_vf, ring=ring2,
@@ -188,3 +191,33 @@ def test_cuda_backend_reports_why_it_is_unavailable_or_is_available():
     ok, why = rs.backend_available(rs.Backend.CUDA)
     assert ok or why, "an unavailable backend must say why"
     assert rs.backend_available(rs.Backend.EMULATED) == (True, "")
+
+
+def test_strided_pools_give_the_packed_pools_bits(rng):
+    """R with a slot pitch, P and materialise-free D through a page-major view: the packed pool's
+    bits, and nothing between the checkpoints written."""
+    p = Problem(rng, [3, 2])
+    kw = dict(g=p.g, beta=p.beta, slots=p.slots, cu_seqlens=p.cu_seqlens)
+    packed = p.state.copy()
+    wide = np.full((len(p.state), 2) + p.state.shape[1:], np.nan, np.float32)
+    wide[:, 0] = p.state
+    o_p = rs.recurrent(p.q, p.k, p.v, state=packed, **kw)
+    o_s = rs.recurrent(p.q, p.k, p.v, state=wide[:, 0], **kw)
+    assert (bits(o_p) == bits(o_s)).all() and (bits(packed) == bits(wide[:, 0])).all()
+    assert np.isnan(wide[:, 1]).all() and (packed != p.state).any()
+    # P of layer 1 from a ring the verify wrote.
+    NL, W = 2, 3
+    pool = np.stack([p.state] * NL)
+    env, raw = envelope(pool)
+    NS = len(p.state)
+    ring = (np.zeros((NL, NS, p.HV, W, p.V), np.float32), np.zeros((NL, NS, p.H, W, p.K), np.float32),
+            np.zeros((NL, NS, p.HV, W), np.float32), np.zeros((NL, NS, p.HV, W), np.float32))
+    rs.verify(p.q, p.k, p.v, state=env, layer=1, ring=ring, **kw)
+    counts = np.array([2, 1], np.int32)
+    rs.replay(state=pool, ring=ring, slots=p.slots, counts=counts, layer=1)
+    rs.replay(state=env, ring=ring, slots=p.slots, counts=counts, layer=1)
+    assert (bits(pool) == bits(env)).all() and (pool[1] != p.state).any()
+    assert np.isnan(raw).sum() == raw.size - pool.size
+    with pytest.raises(rs.InvalidArgument, match="state_slot_stride = 4 is smaller"):
+        rs.recurrent(p.q, p.k, p.v, state=np.lib.stride_tricks.as_strided(packed, strides=(16,) + packed.strides[1:]),
+                     **kw)

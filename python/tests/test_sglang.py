@@ -10,6 +10,7 @@ Two kinds of evidence:
     it does not implement and every bad tensor with an error naming it, writing nothing.
 """
 import json
+import math
 import pathlib
 import struct
 
@@ -18,6 +19,7 @@ import pytest
 
 import replayssm as rs
 import replayssm.sglang as sg
+from conftest import envelope
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDENS = sorted((ROOT / "tests" / "cases" / "sglang").glob("*.golden.safetensors"))
@@ -340,6 +342,59 @@ def test_the_buffered_decode_is_kernel_d_and_flushes_to_kernel_r(rng):
             assert np.array_equal(state[slots], ref[slots])
 
 
+def test_an_envelope_pool_gives_the_packed_pools_bits(rng):
+    """SGLang's unified (page-major) pools: the verify reads and the fold writes the checkpoints
+    through strided views, with the packed pool's bits and nothing else of the entry touched."""
+    s = Spec(rng)
+    orig = s.state.copy()
+    env, raw = envelope(orig)
+    nan_before = np.isnan(raw).sum()
+    outs = []
+    for state in (s.state, env):
+        ring = [np.zeros_like(r) for r in s.ring]
+        os_ = [sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(layer, initial_state_source=state[layer],
+                                                                        replayssm_rawv=ring[0][layer],
+                                                                        replayssm_rawk=ring[1][layer],
+                                                                        replayssm_g=ring[2][layer],
+                                                                        replayssm_beta=ring[3][layer]))
+               for layer in range(s.NL)]
+        fn, args = s.fold_args(checkpoint_state=state, rawv_cache=ring[0], rawk_cache=ring[1], beta_cache=ring[3],
+                               g_cache=ring[2], mamba_track_indices=np.array([4, -1, -1], np.int32),
+                               mamba_steps_to_track=np.array([1, -1, -1], np.int32))
+        fn(**args)
+        outs.append((os_, ring, np.array(state)))
+    (o_p, r_p, st_p), (o_e, r_e, st_e) = outs
+    assert all(np.array_equal(a, b) for a, b in zip(o_p, o_e))
+    assert all(np.array_equal(a, b) for a, b in zip(r_p, r_e))
+    assert np.array_equal(st_p, st_e) and (st_p != orig).any()
+    assert np.isnan(raw).sum() == nan_before, "the fold wrote outside the checkpoints of the entry"
+
+
+def test_the_buffered_decode_on_an_envelope_pool(rng):
+    H, HV, K, V, L, NS, B = 2, 4, 32, 32, 2, 3, 2
+    packed = (rng.standard_normal((1, NS, HV, V, K)) * 0.1).astype(np.float32)
+    env, raw = envelope(packed)
+    results = []
+    for state in (packed[0].copy(), env[0]):
+        d, kc, g = (np.zeros((NS, HV, L, V), np.float32), np.zeros((NS, H, L, K), np.float32),
+                    np.zeros((NS, HV, L), np.float32))
+        step_rng = np.random.default_rng(7)
+        pos = np.zeros(B, np.int32)
+        outs = []
+        for step in range(2 * L):
+            mixed = step_rng.standard_normal((B, 2 * H * K + HV * V)).astype(np.float32)
+            a, b = (step_rng.standard_normal((B, HV)).astype(np.float32) for _ in range(2))
+            out = np.zeros((B, 1, HV, V), np.float32)
+            sg.fused_recurrent_linear_replayssm_decode(mixed, a, b, np.ones(HV, np.float32), np.zeros(HV, np.float32),
+                                                       K ** -0.5, state, d, kc, g, out, np.array([2, 0], np.int32),
+                                                       pos, use_qk_l2norm_in_kernel=True)
+            outs.append(out)
+            pos = (pos + 1) % L
+        results.append((np.stack(outs), np.array(state)))
+    assert np.array_equal(results[0][0], results[1][0]) and np.array_equal(results[0][1], results[1][1])
+    assert (results[0][1] != packed[0]).any()
+
+
 # --- refusals ---------------------------------------------------------------------------------
 
 def snapshot(s):
@@ -363,7 +418,7 @@ UNSUPPORTED = [
     ("initial_state_source", dict(initial_state_source=None)),
     ("cache_ring, disable_state_update", dict(disable_state_update=False)),
     ("initial_state_source.dtype", "f16_state"),
-    ("initial_state_source.stride", "envelope"),
+    ("replayssm_rawv.stride", "strided_ring"),
 ]
 
 
@@ -372,11 +427,10 @@ def test_every_unsupported_verify_option_is_refused_by_name(rng, name, kw):
     s = Spec(rng)
     if kw == "f16_state":
         kw = dict(initial_state_source=s.state[0].astype(np.float16))
-    elif kw == "envelope":
-        # Page-major: one slot holds every layer's state (and more), so a layer's view has a pitch of
-        # several slots.
-        env = np.zeros((s.NS, 3, s.HV, s.V, s.K), np.float32)
-        kw = dict(initial_state_source=env[:, 1])
+    elif kw == "strided_ring":
+        # A ring whose slots are not packed (SGLang allocates its rings packed; the ABI needs that).
+        wide = np.zeros((s.NS, 2, s.HV, s.W, s.V), np.float32)
+        kw = dict(replayssm_rawv=wide[:, 0])
     before = snapshot(s)
     with pytest.raises(NotImplementedError, match=name.split(".")[0].replace("(", r"\(")):
         sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(**kw))
@@ -425,9 +479,11 @@ BAD_FOLD = [
     ("mamba_track_indices", lambda s: dict(mamba_track_indices=np.full(3, -1, np.int32)), rs.InvalidArgument),
     ("null_block_id", lambda s: dict(null_block_id=-2), rs.InvalidArgument),
     ("checkpoint_state", lambda s: dict(checkpoint_state=s.state.astype(np.float16)), NotImplementedError),
-    ("checkpoint_state", lambda s: dict(checkpoint_state=np.zeros((s.NS, s.NL, s.HV, s.V, s.K),
-                                                                  np.float32).transpose(1, 0, 2, 3, 4)),
-     NotImplementedError),
+    ("checkpoint_state", lambda s: dict(checkpoint_state=np.zeros((s.NL, s.NS, s.HV, s.V, 2 * s.K),
+                                                                  np.float32)[..., ::2]), rs.InvalidArgument),
+    # Overlapping pitches: the library names them (two layers 1 slot apart in a 5-slot pool).
+    ("state_layer_stride", lambda s: dict(checkpoint_state=np.lib.stride_tricks.as_strided(
+        s.state, strides=(s.state.strides[1],) + s.state.strides[1:])), rs.InvalidArgument),
     ("rawv_cache", lambda s: dict(rawv_cache=s.ring[0][:, :, :, :, :16]), rs.InvalidArgument),
 ]
 

@@ -32,7 +32,7 @@ pub use params::*;
 use crate::backend::Backend;
 
 /// Version of the C ABI: bumped when a struct or a signature changes incompatibly.
-pub const REPLAYSSM_ABI_VERSION: u32 = 1;
+pub const REPLAYSSM_ABI_VERSION: u32 = 2;
 
 /// What every entry returns.
 #[repr(C)]

@@ -55,6 +55,8 @@ pub struct replayssm_recurrent_params {
     pub qk_l2norm: i32,
     pub write_state: i32,
     pub reserved: i32,
+    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`).
+    pub state_slot_stride: i64,
 }
 
 /// Kernel V (chunked verify) of `replayssm_verify`; `parent` non-NULL selects tree verify (VT).
@@ -107,6 +109,11 @@ pub struct replayssm_verify_params {
     pub variant: i32,
     pub qk_l2norm: i32,
     pub reserved: i32,
+    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+    pub state_slot_stride: i64,
+    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+    pub state_layer_stride: i64,
 }
 
 /// Kernel F (fold-every-commit, all layers) of `replayssm_fold`; `accept_paths` instead of
@@ -139,6 +146,11 @@ pub struct replayssm_fold_params {
     pub variant: i32,
     pub qk_l2norm: i32,
     pub path_width: i32,
+    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+    pub state_slot_stride: i64,
+    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+    pub state_layer_stride: i64,
 }
 
 /// Kernel P (fp32 checkpoint replay of one layer) of `replayssm_replay`.
@@ -167,6 +179,11 @@ pub struct replayssm_replay_params {
     pub dtype: i32,
     pub variant: i32,
     pub qk_l2norm: i32,
+    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+    pub state_slot_stride: i64,
+    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+    pub state_layer_stride: i64,
 }
 
 /// Kernel D (buffered decode of one layer, one token per row) of `replayssm_decode`, and of
@@ -214,6 +231,11 @@ pub struct replayssm_decode_params {
     pub variant: i32,
     pub qk_l2norm: i32,
     pub reserved: i32,
+    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+    pub state_slot_stride: i64,
+    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+    pub state_layer_stride: i64,
 }
 
 /// The buffered-decode cursors of `replayssm_decode_cursors`: `op` is a `replayssm_cursor_op`.
@@ -253,7 +275,7 @@ macro_rules! with_verify_fields {
             q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, parent, slots, state, o, ring_v, ring_k,
             ring_g, ring_beta, error_word, q_stride, k_stride, v_stride, a_stride, b_stride, o_stride,
             num_tokens, batch, max_seqlen, num_slots, num_layers, layer, window, H, HV, K, V, scale,
-            dtype, variant, qk_l2norm,
+            dtype, variant, qk_l2norm, state_slot_stride, state_layer_stride,
         } }
     };
 }
@@ -317,6 +339,11 @@ pub struct replayssm_verify_fold_params {
     pub variant: i32,
     pub qk_l2norm: i32,
     pub reserved: i32,
+    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+    pub state_slot_stride: i64,
+    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+    pub state_layer_stride: i64,
     pub pending: *const i32,
     pub track_slots: *const i32,
     pub track_steps: *const i32,
@@ -402,7 +429,7 @@ macro_rules! mirror {
 mirror!(replayssm_recurrent_params => rssm_recurrent_params {
     q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, slots, state, snapshots, o, error_word,
     q_stride, k_stride, v_stride, a_stride, b_stride, o_stride, num_tokens, batch, max_seqlen,
-    num_slots, H, HV, K, V, scale, dtype, variant, qk_l2norm, write_state,
+    num_slots, H, HV, K, V, scale, dtype, variant, qk_l2norm, write_state, state_slot_stride,
 } reserved: reserved);
 
 with_verify_fields!(mirror!(replayssm_verify_params => rssm_verify_params));
@@ -410,18 +437,19 @@ with_verify_fields!(mirror!(replayssm_verify_params => rssm_verify_params));
 mirror!(replayssm_fold_params => rssm_fold_params {
     state, ring_v, ring_k, ring_g, ring_beta, slots, accept_lens, track_slots, track_steps,
     accept_paths, error_word, batch, num_slots, num_layers, window, H, HV, K, V, dtype, variant,
-    qk_l2norm, path_width,
+    qk_l2norm, path_width, state_slot_stride, state_layer_stride,
 });
 
 mirror!(replayssm_replay_params => rssm_replay_params {
     state, ring_v, ring_k, ring_g, ring_beta, slots, counts, error_word, batch, num_slots,
-    num_layers, layer, window, H, HV, K, V, dtype, variant, qk_l2norm,
+    num_layers, layer, window, H, HV, K, V, dtype, variant, qk_l2norm, state_slot_stride, state_layer_stride,
 });
 
 mirror!(replayssm_decode_params => rssm_decode_params {
     q, k, v, a, b, A_log, dt_bias, g, beta, slots, positions, force_flush, state, ring_d, ring_k,
     ring_g, o, error_word, q_stride, k_stride, v_stride, a_stride, b_stride, o_stride, batch,
-    num_slots, num_layers, layer, cache_len, H, HV, K, V, scale, dtype, variant, qk_l2norm,
+    num_slots, num_layers, layer, cache_len, H, HV, K, V, scale, dtype, variant, qk_l2norm, state_slot_stride,
+    state_layer_stride,
 } reserved: reserved);
 
 mirror!(replayssm_cursor_params => rssm_cursor_params {

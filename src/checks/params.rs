@@ -205,6 +205,41 @@ fn spec_extents<P: SpecDims>(p: &P, nl: i32, ns: i32, w: i32) -> Check {
     dense("ring_g", &[nl, ns, hv, w, gw], 4)
 }
 
+/// The checkpoint pool's pitches (`state_slot_stride`, `state_layer_stride`, elements, 0 = packed):
+/// at least one slot apart, layers that do not overlap (every slot of a layer before the next, or
+/// every layer inside one slot: an engine's page-major pool), whole float4s (the vector loads),
+/// at most 2^40. The same rule as `state_pitches_ok` in csrc/include/replayssm/can_implement.h.
+fn state_pitches(slot_stride: i64, layer_stride: i64, nl: i32, ns: i32, hv: i32, v: i32, k: i32) -> Check {
+    let elems = hv as i64 * v as i64 * k as i64;
+    for (name, x) in [("state_slot_stride", slot_stride), ("state_layer_stride", layer_stride)] {
+        if !(0..=1 << 40).contains(&x) || x % 4 != 0 {
+            return Err(bad(format!(
+                "{name} = {x}: expected 0 (packed) or a multiple of 4 elements up to 2^40"
+            )));
+        }
+    }
+    let ss = if slot_stride == 0 { elems } else { slot_stride };
+    let ls = if layer_stride == 0 {
+        ss * ns as i64
+    } else {
+        layer_stride
+    };
+    if ss < elems {
+        return Err(bad(format!(
+            "state_slot_stride = {slot_stride} is smaller than one slot's checkpoint (HV*V*K = {elems} elements)"
+        )));
+    }
+    if nl > 1 && !(ls >= ss * ns as i64 || (ls >= elems && ss >= ls * nl as i64)) {
+        return Err(bad(format!(
+            "state_layer_stride = {layer_stride} with state_slot_stride = {slot_stride}: the {nl} layers' \
+             checkpoints overlap (a layer pitch of at least num_slots x the slot pitch = {}, or a slot \
+             pitch of at least num_layers x a layer pitch of at least HV*V*K = {elems})",
+            ss * ns as i64
+        )));
+    }
+    Ok(())
+}
+
 /// Head dims of the spec params structs, for [`spec_extents`].
 trait SpecDims {
     fn dims(&self) -> (i32, i32, i32, i32, i32, i32);
@@ -306,6 +341,15 @@ macro_rules! check_spec_ring {
         nonnull(p.ring_beta, "ring_beta")?;
         nonnull(p.slots, "slots")?;
         aligned16($backend, p.state, "state")?;
+        state_pitches(
+            p.state_slot_stride,
+            p.state_layer_stride,
+            p.num_layers,
+            p.num_slots,
+            p.HV,
+            p.V,
+            p.K,
+        )?;
     }};
 }
 
@@ -328,6 +372,15 @@ fn decode_ring(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
     nonnull(p.positions, "positions (the cursor snapshot of this step)")?;
     aligned16(backend, p.state, "state")?;
     aligned16(backend, p.ring_k, "ring_k")?;
+    state_pitches(
+        p.state_slot_stride,
+        p.state_layer_stride,
+        p.num_layers,
+        p.num_slots,
+        p.HV,
+        p.V,
+        p.K,
+    )?;
     if backend == Backend::Emulated {
         // SAFETY: the documented extents of slots and positions, [batch] each.
         let (slots, pos) = unsafe {
@@ -359,6 +412,7 @@ pub(crate) fn recurrent(p: &ffi::rssm_recurrent_params, backend: Backend) -> Che
     }
     aligned16(backend, p.state, "state")?;
     aligned16(backend, p.snapshots, "snapshots")?;
+    state_pitches(p.state_slot_stride, 0, 1, p.num_slots, p.HV, p.V, p.K)?;
     if backend == Backend::Emulated {
         // SAFETY: the documented extents of slots [batch] and cu_seqlens [batch + 1].
         unsafe { token_rows(p.slots, p.cu_seqlens, p.batch, p.num_slots, p.num_tokens, p.max_seqlen)? };
@@ -410,6 +464,15 @@ pub(crate) fn verify(p: &ffi::rssm_verify_params, backend: Backend) -> Check {
         spec_key(Kernel::V, p.variant, p.K, p.V, p.HV, p.max_seqlen, p.batch),
     )?;
     aligned16(backend, p.state, "state")?;
+    state_pitches(
+        p.state_slot_stride,
+        p.state_layer_stride,
+        p.num_layers,
+        p.num_slots,
+        p.HV,
+        p.V,
+        p.K,
+    )?;
     if backend == Backend::Emulated {
         // SAFETY: the documented extents of slots [batch], cu_seqlens [batch + 1] and
         // parent [num_tokens] (read only where the windows say, after they are checked).

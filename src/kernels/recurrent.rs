@@ -148,6 +148,7 @@ fn run_kernel<M: Memory>(
         qk_l2norm: inp.qk_l2norm as i32,
         write_state: out.write_state as i32,
         reserved: 0,
+        state_slot_stride: 0, // packed: the safe API's pools are
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::recurrent(&params, exec.backend)?;

@@ -18,6 +18,21 @@ inline bool supported_head_dim(int32_t k) {
 
 inline bool aligned(const void *p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
+// The checkpoint pool's pitches (elements; 0 = packed): a slot pitch of at least one slot, a layer
+// pitch that keeps the layers apart (all slots of a layer before the next, or every layer inside a
+// slot: an engine's page-major pool), both whole float4s (the vector loads).
+inline bool state_pitches_ok(int64_t slot_stride, int64_t layer_stride, int32_t num_layers, int32_t num_slots,
+                             int32_t HV, int32_t V, int32_t K) {
+  const int64_t elems = int64_t(HV) * V * K;
+  if (slot_stride < 0 || layer_stride < 0 || slot_stride % 4 != 0 || layer_stride % 4 != 0) return false;
+  if (slot_stride > (int64_t(1) << 40) || layer_stride > (int64_t(1) << 40)) return false;  // no overflow below
+  const int64_t ss = slot_stride ? slot_stride : elems;
+  const int64_t ls = layer_stride ? layer_stride : ss * num_slots;
+  if (ss < elems) return false;
+  if (num_layers == 1) return true;
+  return ls >= ss * num_slots || (ls >= elems && ss >= ls * num_layers);
+}
+
 // The token inputs R, V and D share (same field names in every params struct): pointers present,
 // exactly one gate form, strides at least a row, a finite scale. cu_seqlens is checked by the
 // callers that have one (D has a fixed token per request).
@@ -49,6 +64,7 @@ inline rssm_status recurrent_can_implement(const rssm_recurrent_params *p, bool 
   if (tokens != RSSM_OK) return tokens;
   if (vector_aligned && (!aligned(p->state, 16) || (p->snapshots && !aligned(p->snapshots, 16))))
     return RSSM_ERR_INVALID_ARGUMENT;
+  if (!state_pitches_ok(p->state_slot_stride, 0, 1, p->num_slots, p->HV, p->V, p->K)) return RSSM_ERR_INVALID_ARGUMENT;
   if (!supported_head_dim(p->K)) return RSSM_ERR_UNSUPPORTED;
   return RSSM_OK;
 }
@@ -108,6 +124,8 @@ inline rssm_status verify_can_implement(const rssm_verify_params *p, bool vector
   if (rings == 4 && p->window < p->max_seqlen) return RSSM_ERR_INVALID_ARGUMENT;  // W >= T
   if (!verify_impl_ok(p->impl, p->block_rows, p->max_seqlen, p->K, p->V, p->variant == RSSM_VARIANT_KDA)) return RSSM_ERR_INVALID_ARGUMENT;
   if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!state_pitches_ok(p->state_slot_stride, p->state_layer_stride, p->num_layers, p->num_slots, p->HV, p->V, p->K))
+    return RSSM_ERR_INVALID_ARGUMENT;
   return RSSM_OK;
 }
 
@@ -126,6 +144,8 @@ inline rssm_status fold_can_implement(const rssm_fold_params *p, bool vector_ali
     return RSSM_ERR_INVALID_ARGUMENT;
   if ((p->track_slots == nullptr) != (p->track_steps == nullptr)) return RSSM_ERR_INVALID_ARGUMENT;
   if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!state_pitches_ok(p->state_slot_stride, p->state_layer_stride, p->num_layers, p->num_slots, p->HV, p->V, p->K))
+    return RSSM_ERR_INVALID_ARGUMENT;
   return RSSM_OK;
 }
 
@@ -139,6 +159,8 @@ inline rssm_status replay_can_implement(const rssm_replay_params *p, bool vector
   if (!p->state || !p->ring_v || !p->ring_k || !p->ring_g || !p->ring_beta || !p->slots || !p->counts)
     return RSSM_ERR_INVALID_ARGUMENT;
   if (vector_aligned && !aligned(p->state, 16)) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!state_pitches_ok(p->state_slot_stride, p->state_layer_stride, p->num_layers, p->num_slots, p->HV, p->V, p->K))
+    return RSSM_ERR_INVALID_ARGUMENT;
   return RSSM_OK;
 }
 
@@ -162,6 +184,8 @@ inline rssm_status decode_can_implement(const rssm_decode_params *p, bool vector
     if (t != RSSM_OK) return t;
   }
   if (vector_aligned && (!aligned(p->state, 16) || !aligned(p->ring_k, 16))) return RSSM_ERR_INVALID_ARGUMENT;
+  if (!state_pitches_ok(p->state_slot_stride, p->state_layer_stride, p->num_layers, p->num_slots, p->HV, p->V, p->K))
+    return RSSM_ERR_INVALID_ARGUMENT;
   return RSSM_OK;
 }
 

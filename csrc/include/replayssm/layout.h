@@ -7,7 +7,7 @@
 
 #define RSSM_ASSERT_OFFSET(type, field, off) static_assert(offsetof(type, field) == (off), #type "." #field " moved")
 
-static_assert(sizeof(rssm_recurrent_params) == 224, "rssm_recurrent_params size changed");
+static_assert(sizeof(rssm_recurrent_params) == 232, "rssm_recurrent_params size changed");
 RSSM_ASSERT_OFFSET(rssm_recurrent_params, q, 0);
 RSSM_ASSERT_OFFSET(rssm_recurrent_params, k, 8);
 RSSM_ASSERT_OFFSET(rssm_recurrent_params, v, 16);
@@ -44,7 +44,7 @@ RSSM_ASSERT_OFFSET(rssm_recurrent_params, qk_l2norm, 212);
 RSSM_ASSERT_OFFSET(rssm_recurrent_params, write_state, 216);
 RSSM_ASSERT_OFFSET(rssm_recurrent_params, reserved, 220);
 
-static_assert(sizeof(rssm_verify_params) == 272, "rssm_verify_params size changed");
+static_assert(sizeof(rssm_verify_params) == 288, "rssm_verify_params size changed");
 RSSM_ASSERT_OFFSET(rssm_verify_params, q, 0);
 RSSM_ASSERT_OFFSET(rssm_verify_params, k, 8);
 RSSM_ASSERT_OFFSET(rssm_verify_params, v, 16);
@@ -89,7 +89,7 @@ RSSM_ASSERT_OFFSET(rssm_verify_params, impl, 260);
 RSSM_ASSERT_OFFSET(rssm_verify_params, block_rows, 264);
 RSSM_ASSERT_OFFSET(rssm_verify_params, reserved, 268);
 
-static_assert(sizeof(rssm_fold_params) == 144, "rssm_fold_params size changed");
+static_assert(sizeof(rssm_fold_params) == 160, "rssm_fold_params size changed");
 RSSM_ASSERT_OFFSET(rssm_fold_params, state, 0);
 RSSM_ASSERT_OFFSET(rssm_fold_params, ring_v, 8);
 RSSM_ASSERT_OFFSET(rssm_fold_params, ring_k, 16);
@@ -116,7 +116,7 @@ RSSM_ASSERT_OFFSET(rssm_fold_params, path_width, 132);
 RSSM_ASSERT_OFFSET(rssm_fold_params, impl, 136);
 RSSM_ASSERT_OFFSET(rssm_fold_params, block_rows, 140);
 
-static_assert(sizeof(rssm_replay_params) == 120, "rssm_replay_params size changed");
+static_assert(sizeof(rssm_replay_params) == 136, "rssm_replay_params size changed");
 RSSM_ASSERT_OFFSET(rssm_replay_params, state, 0);
 RSSM_ASSERT_OFFSET(rssm_replay_params, ring_v, 8);
 RSSM_ASSERT_OFFSET(rssm_replay_params, ring_k, 16);
@@ -140,7 +140,7 @@ RSSM_ASSERT_OFFSET(rssm_replay_params, qk_l2norm, 108);
 RSSM_ASSERT_OFFSET(rssm_replay_params, impl, 112);
 RSSM_ASSERT_OFFSET(rssm_replay_params, block_rows, 116);
 
-static_assert(sizeof(rssm_decode_params) == 256, "rssm_decode_params size changed");
+static_assert(sizeof(rssm_decode_params) == 272, "rssm_decode_params size changed");
 RSSM_ASSERT_OFFSET(rssm_decode_params, q, 0);
 RSSM_ASSERT_OFFSET(rssm_decode_params, k, 8);
 RSSM_ASSERT_OFFSET(rssm_decode_params, v, 16);
@@ -193,11 +193,20 @@ RSSM_ASSERT_OFFSET(rssm_cursor_params, num_slots, 44);
 RSSM_ASSERT_OFFSET(rssm_cursor_params, cache_len, 48);
 RSSM_ASSERT_OFFSET(rssm_cursor_params, op, 52);
 
-static_assert(sizeof(rssm_verify_fold_params) == 296, "rssm_verify_fold_params size changed");
+static_assert(sizeof(rssm_verify_fold_params) == 312, "rssm_verify_fold_params size changed");
 RSSM_ASSERT_OFFSET(rssm_verify_fold_params, verify, 0);
-RSSM_ASSERT_OFFSET(rssm_verify_fold_params, pending, 272);
-RSSM_ASSERT_OFFSET(rssm_verify_fold_params, track_slots, 280);
-RSSM_ASSERT_OFFSET(rssm_verify_fold_params, track_steps, 288);
+RSSM_ASSERT_OFFSET(rssm_recurrent_params, state_slot_stride, 224);
+RSSM_ASSERT_OFFSET(rssm_verify_params, state_slot_stride, 272);
+RSSM_ASSERT_OFFSET(rssm_verify_params, state_layer_stride, 280);
+RSSM_ASSERT_OFFSET(rssm_fold_params, state_slot_stride, 144);
+RSSM_ASSERT_OFFSET(rssm_fold_params, state_layer_stride, 152);
+RSSM_ASSERT_OFFSET(rssm_replay_params, state_slot_stride, 120);
+RSSM_ASSERT_OFFSET(rssm_replay_params, state_layer_stride, 128);
+RSSM_ASSERT_OFFSET(rssm_decode_params, state_slot_stride, 256);
+RSSM_ASSERT_OFFSET(rssm_decode_params, state_layer_stride, 264);
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, pending, 288);
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, track_slots, 296);
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, track_steps, 304);
 
 static_assert(sizeof(rssm_defer_params) == 72, "rssm_defer_params size changed");
 RSSM_ASSERT_OFFSET(rssm_defer_params, pending, 0);

@@ -125,6 +125,7 @@ typedef struct rssm_recurrent_params {
   int32_t qk_l2norm;      /* 1: normalise q and k in-kernel (division form, eps 1e-6 inside) */
   int32_t write_state;    /* 1: store the final state back into state[slot] */
   int32_t reserved;       /* keeps the struct size a multiple of 8 */
+  int64_t state_slot_stride; /* elements from one slot's checkpoint to the next; 0 = HV*V*K (packed) */
 } rssm_recurrent_params;
 
 /* Spec ring of NL layers x NS slots (SPEC §2), raw inputs of the last verify window:
@@ -132,7 +133,10 @@ typedef struct rssm_recurrent_params {
  *   ring_k    [NL, NS, H,  W, K] act   (raw k, before L2 norm; once per key head)
  *   ring_g    [NL, NS, HV, W] f32      (KDA: [NL, NS, HV, W, K]; log decay as the gate computed it)
  *   ring_beta [NL, NS, HV, W] f32
- * The checkpoint pool is [NL, NS, HV, V, K] f32 in every spec kernel. */
+ * The checkpoint pool is [NL, NS, HV, V, K] f32 in every spec kernel: each slot's [HV, V, K] is
+ * contiguous; slot s of layer l starts at l * state_layer_stride + s * state_slot_stride elements
+ * (0 = packed: HV*V*K and NS times the slot stride). Strided pools (an engine's page-major
+ * "envelope", where one slot holds every layer) set both; the rings are always packed. */
 
 /* Kernel V: chunked verify of layer `layer` (SPEC §4 V). Reads the checkpoint of each request's
  * slot (never writes it), writes every window position's output and, when the ring pointers are
@@ -167,6 +171,7 @@ typedef struct rssm_verify_params {
   int32_t block_rows; /* STAGED: state rows per block, a multiple of 16, or 0 = all V rows of
                        * the head in one block; DEFAULT: 0 */
   int32_t reserved;
+  int64_t state_slot_stride, state_layer_stride; /* elements; 0 = packed (see the pool above) */
 } rssm_verify_params;
 
 /* Kernel F: fold-every-commit over all layers (SPEC §4 F). For live request b, replays ring
@@ -194,6 +199,7 @@ typedef struct rssm_fold_params {
   int32_t path_width;          /* columns of accept_paths, 1..window; 0 when accept_paths is NULL */
   int32_t impl;                /* rssm_impl: DEFAULT or PREFETCH */
   int32_t block_rows;          /* 0 (every implementation of F uses 16 rows per block) */
+  int64_t state_slot_stride, state_layer_stride; /* elements; 0 = packed */
 } rssm_fold_params;
 
 /* Kernel P: fp32 checkpoint replay of one layer: replays ring records 0..counts[b]-1 of slot
@@ -210,6 +216,7 @@ typedef struct rssm_replay_params {
   int32_t dtype, variant, qk_l2norm;
   int32_t impl;       /* rssm_impl: DEFAULT or PREFETCH */
   int32_t block_rows; /* 0 */
+  int64_t state_slot_stride, state_layer_stride; /* elements; 0 = packed */
 } rssm_replay_params;
 
 /* Buffered-decode ring of NL layers x NS slots, cache length L (SPEC §4 D). All f32, so that
@@ -244,6 +251,7 @@ typedef struct rssm_decode_params {
   int32_t impl;       /* rssm_impl: D DEFAULT or PREFETCH; materialise DEFAULT */
   int32_t block_rows; /* 0 */
   int32_t reserved;
+  int64_t state_slot_stride, state_layer_stride; /* elements; 0 = packed (as the spec pool) */
 } rssm_decode_params;
 
 /* Cursor kernel of buffered decode: the protocol of SPEC §4 D on device-resident cursors, so a

@@ -91,6 +91,15 @@ template <int N> __device__ __forceinline__ void warp_sum(float (&x)[N]) {
   }
 }
 
+// Offset of (layer, slot)'s checkpoint in a pool whose slot and layer pitches (elements) are given,
+// 0 = packed ([NL, NS, HV, V, K]): an engine's page-major pool has both set (params docs).
+__device__ __forceinline__ int64_t state_offset(int64_t slot_stride, int64_t layer_stride, int layer, int slot,
+                                                int num_slots, int64_t slot_elems) {
+  const int64_t ss = slot_stride ? slot_stride : slot_elems;
+  const int64_t ls = layer_stride ? layer_stride : ss * num_slots;
+  return int64_t(layer) * ls + int64_t(slot) * ss;
+}
+
 __device__ __forceinline__ void report_device_error(uint32_t *error_word, uint32_t bit) {
   if (error_word) atomicOr(reinterpret_cast<unsigned *>(error_word), bit);
 }

@@ -15,11 +15,14 @@ namespace rssm {
 struct DecodeGeometry {
   float *state, *ring_d, *ring_k, *ring_g;
   int num_slots, L, H, HV, K, V;
+  int64_t state_slot_stride, state_layer_stride;  // elements, 0 = packed (the params' fields)
 
   // (layer, slot) row of the pool, ring and cursor arrays.
   __device__ __forceinline__ int64_t ls(int layer, int slot) const { return int64_t(layer) * num_slots + slot; }
   __device__ __forceinline__ float *state_rows(int layer, int slot, int hv, int row0) const {
-    return state + ((ls(layer, slot) * HV + hv) * V + row0) * int64_t(K);
+    const int64_t head = int64_t(V) * K;
+    return state + state_offset(state_slot_stride, state_layer_stride, layer, slot, num_slots, HV * head) +
+           hv * head + int64_t(row0) * K;
   }
   __device__ __forceinline__ float *d_at(int layer, int slot, int hv, int pos) const {
     return ring_d + ((ls(layer, slot) * HV + hv) * L + pos) * int64_t(V);
@@ -101,7 +104,8 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   }
   const bool flush = m == L - 1 || (p.force_flush != nullptr && p.force_flush[b] != 0);
 
-  const DecodeGeometry geo{p.state, p.ring_d, p.ring_k, p.ring_g, p.num_slots, L, p.H, p.HV, K, p.V};
+  const DecodeGeometry geo{p.state, p.ring_d, p.ring_k, p.ring_g, p.num_slots, L, p.H, p.HV, K, p.V,
+                           p.state_slot_stride, p.state_layer_stride};
   float *state = geo.state_rows(p.layer, slot, hv, row0) + kc;
   float s[ROWS][EPL];
   load_rows(state, K, row_ok, s);
@@ -202,7 +206,8 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_materialize_ker
   bool row_ok[ROWS];
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
-  const DecodeGeometry geo{p.state, p.ring_d, p.ring_k, p.ring_g, p.num_slots, p.cache_len, p.H, p.HV, K, p.V};
+  const DecodeGeometry geo{p.state, p.ring_d, p.ring_k, p.ring_g, p.num_slots, p.cache_len, p.H, p.HV, K, p.V,
+                           p.state_slot_stride, p.state_layer_stride};
   float *state = geo.state_rows(layer, slot, hv, row0) + lane * EPL;
   float s[ROWS][EPL];
   load_rows(state, K, row_ok, s);

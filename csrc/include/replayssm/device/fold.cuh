@@ -17,7 +17,8 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) fold_kernel(const rssm
   // (PREFETCH keeps every warp: its records are staged behind a block barrier.)
   if (!PREFETCH && (tile * RowTiling::kWarps + warp) * RowTiling::kRows >= p.V) return;
   const RingGeometry geo{p.state, p.ring_v, p.ring_k, p.ring_g, p.ring_beta, p.error_word,
-                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0};
+                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0,
+                         p.state_slot_stride, p.state_layer_stride};
   const int b = blockIdx.z;
   const bool reporter = tile == 0 && blockIdx.y == 0 && threadIdx.x == 0 && layer == 0;
   const int32_t *path = p.accept_paths ? p.accept_paths + int64_t(b) * p.path_width : nullptr;

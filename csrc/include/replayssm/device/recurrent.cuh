@@ -45,7 +45,8 @@ __global__ void __launch_bounds__(RowTiling::kThreads) recurrent_kernel(const rs
   for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
 
   const int64_t head_elems = int64_t(p.V) * K;
-  float *state = p.state + (int64_t(slot) * p.HV + hv) * head_elems + int64_t(row0) * K + kc;
+  float *state = p.state + state_offset(p.state_slot_stride, 0, 0, slot, p.num_slots, p.HV * head_elems) +
+                 hv * head_elems + int64_t(row0) * K + kc;
   float s[ROWS][EPL];
   load_rows(state, K, row_ok, s);
 

@@ -20,6 +20,7 @@ struct RingGeometry {
   uint32_t *error_word;
   int num_slots, window, H, HV, K, V;
   bool l2norm;
+  int64_t state_slot_stride, state_layer_stride;  // elements, 0 = packed (the params' fields)
 };
 
 // One warp's view of a replay: its rows of the checkpoint (and of a track slot) and the slot's
@@ -48,8 +49,15 @@ template <int EPL, class Act, bool KDA> struct ReplayRows {
     for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < geo.V;
     const int64_t head = int64_t(geo.V) * K, slot_base = int64_t(layer) * geo.num_slots;
     const int64_t rows_at = hv * head + int64_t(row0) * K + kc;
-    state = geo.state + (slot_base + slot) * geo.HV * head + rows_at;
-    track = track_slot >= 0 ? geo.state + (slot_base + track_slot) * geo.HV * head + rows_at : nullptr;
+    const int64_t slot_elems = geo.HV * head;
+    state = geo.state +
+            state_offset(geo.state_slot_stride, geo.state_layer_stride, layer, slot, geo.num_slots, slot_elems) +
+            rows_at;
+    track = track_slot >= 0 ? geo.state +
+                                  state_offset(geo.state_slot_stride, geo.state_layer_stride, layer, track_slot,
+                                               geo.num_slots, slot_elems) +
+                                  rows_at
+                            : nullptr;
     const int64_t W = geo.window;
     rk = static_cast<const Act *>(geo.ring_k) + ((slot_base + slot) * geo.H + h) * W * K + kc;
     rv = static_cast<const Act *>(geo.ring_v) + ((slot_base + slot) * geo.HV + hv) * W * geo.V + block_row0;
@@ -244,7 +252,8 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) replay_kernel(const rs
   // (PREFETCH keeps every warp: its records are staged behind a block barrier.)
   if (!PREFETCH && int((blockIdx.x * RowTiling::kWarps + warp) * RowTiling::kRows) >= p.V) return;
   const RingGeometry geo{p.state, p.ring_v, p.ring_k, p.ring_g, p.ring_beta, p.error_word,
-                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0};
+                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0,
+                         p.state_slot_stride, p.state_layer_stride};
   const int b = blockIdx.z;
   const int slot = p.slots[b], n = p.counts[b];
   const bool reporter = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;

@@ -305,7 +305,10 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
   float s[ROWS][EPL];
-  load_rows(p.state + (layer_slot * p.HV + hv) * int64_t(p.V) * K + int64_t(row0) * K + kc, K, row_ok, s);
+  const int64_t head = int64_t(p.V) * K;
+  load_rows(p.state + state_offset(p.state_slot_stride, p.state_layer_stride, p.layer, rq.slot, p.num_slots, p.HV * head) +
+                hv * head + int64_t(row0) * K + kc,
+            K, row_ok, s);
   verify_rows<EPL, Act, KDA>(p, rq, w, hv, layer_slot, 0, row0, s);
 }
 

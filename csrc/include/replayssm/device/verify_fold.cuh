@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(con
   // The fold's rows are requested first, so their load overlaps the window build.
   float *state = const_cast<float *>(p.state);  // VF writes the checkpoint (see the params)
   const RingGeometry geo{state, p.ring_v, p.ring_k, p.ring_g, p.ring_beta, p.error_word,
-                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0};
+                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0,
+                         p.state_slot_stride, p.state_layer_stride};
   const ReplayRows<EPL, Act, KDA> rows(geo, tile, p.layer, rq.slot, track_slot);
   float s[ROWS][EPL];
   load_rows(rows.state, K, rows.row_ok, s);

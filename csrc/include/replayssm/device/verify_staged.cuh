@@ -62,7 +62,11 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : 5) verify_
 
   // The first pass's checkpoint rows, in flight while the window is built.
   const int64_t layer_slot = int64_t(p.layer) * p.num_slots + (rq.live ? rq.slot : 0);
-  const float *head_state = p.state + (layer_slot * p.HV + hv) * int64_t(p.V) * K;
+  const int64_t head = int64_t(p.V) * K;
+  const float *head_state = p.state +
+                            state_offset(p.state_slot_stride, p.state_layer_stride, p.layer, rq.live ? rq.slot : 0,
+                                         p.num_slots, p.HV * head) +
+                            hv * head;
   const int my = warp * RPW + sub;  // this lane group's row within a pass
   float s[CH][4];
   load_staged_row(head_state + int64_t(rb0 + my) * K, rq.live && my < rows, l8, s);
