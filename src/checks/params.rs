@@ -208,9 +208,11 @@ fn spec_extents<P: SpecDims>(p: &P, nl: i32, ns: i32, w: i32) -> Check {
 /// The checkpoint pool's pitches (`state_slot_stride`, `state_layer_stride`, elements, 0 = packed):
 /// at least one slot apart, layers that do not overlap (every slot of a layer before the next, or
 /// every layer inside one slot: an engine's page-major pool), whole float4s (the vector loads),
-/// at most 2^40. The same rule as `state_pitches_ok` in csrc/include/replayssm/can_implement.h.
+/// at most 2^40, and num_slots slot pitches and num_layers layer pitches each within 64-bit byte
+/// addressing (so the kernels' offsets cannot wrap). The same rule as `state_pitches_ok` in
+/// csrc/include/replayssm/can_implement.h.
 fn state_pitches(slot_stride: i64, layer_stride: i64, nl: i32, ns: i32, hv: i32, v: i32, k: i32) -> Check {
-    let elems = hv as i64 * v as i64 * k as i64;
+    let elems = hv as i128 * v as i128 * k as i128;
     for (name, x) in [("state_slot_stride", slot_stride), ("state_layer_stride", layer_stride)] {
         if !(0..=1 << 40).contains(&x) || x % 4 != 0 {
             return Err(bad(format!(
@@ -218,26 +220,51 @@ fn state_pitches(slot_stride: i64, layer_stride: i64, nl: i32, ns: i32, hv: i32,
             )));
         }
     }
-    let ss = if slot_stride == 0 { elems } else { slot_stride };
+    // i128: ns and nl are checked elsewhere, maybe after this; no product here may wrap.
+    let (nl, ns) = (nl.max(1) as i128, ns.max(1) as i128);
+    let ss = if slot_stride == 0 { elems } else { slot_stride as i128 };
     let ls = if layer_stride == 0 {
-        ss * ns as i64
+        ss * ns
     } else {
-        layer_stride
+        layer_stride as i128
     };
     if ss < elems {
         return Err(bad(format!(
             "state_slot_stride = {slot_stride} is smaller than one slot's checkpoint (HV*V*K = {elems} elements)"
         )));
     }
-    if nl > 1 && !(ls >= ss * ns as i64 || (ls >= elems && ss >= ls * nl as i64)) {
+    let limit = (i64::MAX / 4) as i128;
+    if ss * ns > limit || ls * nl > limit {
+        return Err(bad(format!(
+            "state_slot_stride = {slot_stride}, state_layer_stride = {layer_stride}: {ns} slot pitches or {nl} \
+             layer pitches exceed 64-bit byte addressing"
+        )));
+    }
+    if nl > 1 && !(ls >= ss * ns || (ls >= elems && ss >= ls * nl)) {
         return Err(bad(format!(
             "state_layer_stride = {layer_stride} with state_slot_stride = {slot_stride}: the {nl} layers' \
              checkpoints overlap (a layer pitch of at least num_slots x the slot pitch = {}, or a slot \
              pitch of at least num_layers x a layer pitch of at least HV*V*K = {elems})",
-            ss * ns as i64
+            ss * ns
         )));
     }
     Ok(())
+}
+
+/// [`state_pitches`] of a params struct with a layered pool.
+macro_rules! pool_pitches {
+    ($p:expr) => {{
+        let p = $p;
+        state_pitches(
+            p.state_slot_stride,
+            p.state_layer_stride,
+            p.num_layers,
+            p.num_slots,
+            p.HV,
+            p.V,
+            p.K,
+        )
+    }};
 }
 
 /// Head dims of the spec params structs, for [`spec_extents`].
@@ -341,15 +368,7 @@ macro_rules! check_spec_ring {
         nonnull(p.ring_beta, "ring_beta")?;
         nonnull(p.slots, "slots")?;
         aligned16($backend, p.state, "state")?;
-        state_pitches(
-            p.state_slot_stride,
-            p.state_layer_stride,
-            p.num_layers,
-            p.num_slots,
-            p.HV,
-            p.V,
-            p.K,
-        )?;
+        pool_pitches!(p)?;
     }};
 }
 
@@ -372,15 +391,7 @@ fn decode_ring(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
     nonnull(p.positions, "positions (the cursor snapshot of this step)")?;
     aligned16(backend, p.state, "state")?;
     aligned16(backend, p.ring_k, "ring_k")?;
-    state_pitches(
-        p.state_slot_stride,
-        p.state_layer_stride,
-        p.num_layers,
-        p.num_slots,
-        p.HV,
-        p.V,
-        p.K,
-    )?;
+    pool_pitches!(p)?;
     if backend == Backend::Emulated {
         // SAFETY: the documented extents of slots and positions, [batch] each.
         let (slots, pos) = unsafe {
@@ -464,15 +475,7 @@ pub(crate) fn verify(p: &ffi::rssm_verify_params, backend: Backend) -> Check {
         spec_key(Kernel::V, p.variant, p.K, p.V, p.HV, p.max_seqlen, p.batch),
     )?;
     aligned16(backend, p.state, "state")?;
-    state_pitches(
-        p.state_slot_stride,
-        p.state_layer_stride,
-        p.num_layers,
-        p.num_slots,
-        p.HV,
-        p.V,
-        p.K,
-    )?;
+    pool_pitches!(p)?;
     if backend == Backend::Emulated {
         // SAFETY: the documented extents of slots [batch], cu_seqlens [batch + 1] and
         // parent [num_tokens] (read only where the windows say, after they are checked).
@@ -761,4 +764,27 @@ pub(crate) fn defer(p: &ffi::rssm_defer_params, backend: Backend) -> Check {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::state_pitches;
+
+    #[test]
+    fn pool_pitches_that_would_wrap_the_kernels_offsets_are_refused_without_overflowing() {
+        // 2^40-element slot pitches times 2^31 - 1 slots: 2^71, past i64 (it panicked in debug).
+        let e = state_pitches(1 << 40, 0, 1, i32::MAX, 1, 32, 32)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exceed 64-bit byte addressing"), "{e}");
+        let e = state_pitches(0, 1 << 40, 1 << 22, 1, 1, 32, 32)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exceed 64-bit byte addressing"), "{e}");
+        // A page-major pool (4 layers inside each slot, and more) and a packed one pass.
+        state_pitches(4 * 1024 + 64, 1024, 4, 100, 1, 32, 32).unwrap();
+        state_pitches(0, 0, 4, 100, 1, 32, 32).unwrap();
+        // Layers one slot apart in a pool of several slots overlap.
+        assert!(state_pitches(0, 1024, 2, 3, 1, 32, 32).is_err());
+    }
 }

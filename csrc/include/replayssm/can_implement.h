@@ -20,15 +20,18 @@ inline bool aligned(const void *p, uintptr_t bytes) { return (reinterpret_cast<u
 
 // The checkpoint pool's pitches (elements; 0 = packed): a slot pitch of at least one slot, a layer
 // pitch that keeps the layers apart (all slots of a layer before the next, or every layer inside a
-// slot: an engine's page-major pool), both whole float4s (the vector loads).
+// slot: an engine's page-major pool), both whole float4s (the vector loads), and num_slots slot
+// pitches and num_layers layer pitches within 64-bit byte addressing (checks::params, the same rule).
 inline bool state_pitches_ok(int64_t slot_stride, int64_t layer_stride, int32_t num_layers, int32_t num_slots,
                              int32_t HV, int32_t V, int32_t K) {
   const int64_t elems = int64_t(HV) * V * K;
   if (slot_stride < 0 || layer_stride < 0 || slot_stride % 4 != 0 || layer_stride % 4 != 0) return false;
   if (slot_stride > (int64_t(1) << 40) || layer_stride > (int64_t(1) << 40)) return false;  // no overflow below
+  if (num_slots < 1 || num_layers < 1) return false;
   const int64_t ss = slot_stride ? slot_stride : elems;
+  if (ss < elems || ss > INT64_MAX / 4 / num_slots) return false;  // num_slots pitches in byte addressing
   const int64_t ls = layer_stride ? layer_stride : ss * num_slots;
-  if (ss < elems) return false;
+  if (ls > INT64_MAX / 4 / num_layers) return false;
   if (num_layers == 1) return true;
   return ls >= ss * num_slots || (ls >= elems && ss >= ls * num_layers);
 }
