@@ -26,6 +26,10 @@
  *     input never aborts the process; a panic inside the library becomes REPLAYSSM_ERR_INTERNAL.
  *   - Thread safety: entries are reentrant and may run concurrently on different streams; the
  *     last error is per thread. Two launches that write the same slot must be ordered by the caller.
+ *   - A buffer a call writes must not overlap any other argument of the call (o inside q or a
+ *     ring, the pool passed as a ring, ...): the C ABI cannot see allocations and does not check
+ *     this (the Python binding does). A pool pitch of 0 means packed: never pass a broadcast
+ *     (stride-0) view's stride as a pitch.
  *
  * Layouts (row-major, last index contiguous; NL layers, NS slots, HV value heads, H key heads):
  *   tokens      q, k [num_tokens, H, K]; v, o [num_tokens, HV, V] (act dtype, token strides given)
@@ -38,7 +42,8 @@
  *               [.., L, K]), all f32; cursors [NS] i32; L = cache_len
  *   slots [batch] i32: the request's slot, -1 = null row (zero outputs, nothing else written).
  *   accept_lens [batch] i32: ring records committed, 0..window, including the bonus token.
- *   cu_seqlens [batch + 1] i32: request r owns tokens cu_seqlens[r]..cu_seqlens[r+1].
+ *   cu_seqlens [batch + 1] i32: request r owns tokens cu_seqlens[r]..cu_seqlens[r+1]; it starts
+ *               at 0 and ends at num_tokens (a token outside every request is refused or flagged).
  *   Head dims: K in {32, 64, 128, 256}; HV a multiple of H. On CUDA, state (and ring_k of the
  *   decode ring) must be 16-byte aligned.
  */
@@ -67,7 +72,9 @@
 #define REPLAYSSM_DEVERR_SLOT_OUT_OF_RANGE 1
 
 /*
- Device error word bit: cu_seqlens not increasing or beyond num_tokens / max_seqlen.
+ Device error word bit: cu_seqlens not increasing, beyond num_tokens / max_seqlen, or not
+ covering every token (not starting at 0 or ending before num_tokens: those tokens' outputs
+ are zero).
  */
 #define REPLAYSSM_DEVERR_BAD_SEQLENS 2
 
@@ -77,7 +84,8 @@
 #define REPLAYSSM_DEVERR_BAD_LENGTH 4
 
 /*
- Device error word bit: a track slot out of range (the track was skipped).
+ Device error word bit: a track slot out of range, or (VF) with records pending (the track was
+ skipped).
  */
 #define REPLAYSSM_DEVERR_TRACK_SLOT 8
 
@@ -724,7 +732,8 @@ enum replayssm_status replayssm_decode_cursors(int32_t backend,
  Kernel VF (deferred fold) of one layer: replays each live request's pending records (the
  pending table) into its checkpoint, stores it (and F's track snapshot when set), then verifies
  the new window from that state (as `replayssm_verify`; tree verify with `parent`) and writes
- its raw records into the other half of the ring. After every layer, `replayssm_defer` COMMIT.
+ its raw records into the other half of the ring. Then, once per step after the last layer's VF
+ (not after each layer: a second COMMIT would re-commit the step), `replayssm_defer` COMMIT.
 
  # Safety
  As `replayssm_recurrent`, for a `replayssm_verify_fold_params`.

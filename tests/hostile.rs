@@ -670,6 +670,28 @@ fn catalogue() -> Vec<Named> {
             INV,
             "cu_seqlens[0..=1] = 0..5",
         ),
+        // Tokens outside every request (they came back unwritten, e.g. NaN, with no error).
+        (
+            Recurrent,
+            "cu_seqlens not starting at 0",
+            |w, _| w.cu.body_mut()[0] = 1,
+            INV,
+            "cu_seqlens[0] = 1 and cu_seqlens[2] = 4: they must be 0 and num_tokens = 4",
+        ),
+        (
+            Verify,
+            "cu_seqlens ending before the last token",
+            |w, _| w.cu.body_mut()[2] = 3,
+            INV,
+            "cu_seqlens[0] = 0 and cu_seqlens[2] = 3",
+        ),
+        (
+            VerifyFold,
+            "cu_seqlens not starting at 0",
+            |w, _| w.cu.body_mut()[0] = 1,
+            INV,
+            "a token outside every request would get no output",
+        ),
         (
             Verify,
             "parent of a later node",
@@ -997,6 +1019,13 @@ fn deferred_catalogue() -> Vec<Named> {
             |w, _| w.track_steps.body_mut()[0] = 2,
             INV,
             "track_steps[0] = 2 is outside 0..2",
+        ),
+        (
+            VerifyFold,
+            "track slot with records pending",
+            |w, _| entry(w, 0).copy_from_slice(&[1, 0, 0, -1]),
+            INV,
+            "track_slots[0] = 0 has 1 records pending (pending[0][0] = 1)",
         ),
         (
             VerifyFold,
@@ -1433,6 +1462,15 @@ fn deferred_device_cases() -> Vec<(Flagged, Option<usize>)> {
         (
             (
                 VerifyFold,
+                "track slot with records pending",
+                |w, _| entry(w, 0).copy_from_slice(&[1, 0, 0, -1]),
+                ffi::RSSM_DEVERR_TRACK_SLOT,
+            ),
+            None,
+        ),
+        (
+            (
+                VerifyFold,
                 "parent of a later node",
                 |w, _| w.parent.body_mut()[3] = 1,
                 tree,
@@ -1597,6 +1635,73 @@ fn the_kernels_flag_duplicate_slots_and_bad_track_steps_and_skip_those_rows() {
             }
         }
     }
+}
+
+/// Tokens outside every request (cu_seqlens not starting at 0, or ending before num_tokens): on
+/// the kernel layer (no host checks, as CUDA under graph replay) BAD_SEQLENS is flagged and their
+/// outputs are zero, never left as they were (NaN here), on every entry that takes cu_seqlens and
+/// each verify implementation.
+#[test]
+fn tokens_outside_every_request_are_flagged_and_zeroed_by_the_kernels() {
+    let world = World::new(17);
+    let row = HV * V;
+    let edits: [(&str, Edit, std::ops::Range<usize>); 3] = [
+        ("cu_seqlens[0] = 1", |w, _| w.cu.body_mut()[0] = 1, 0..1),
+        ("cu_seqlens[2] = 3", |w, _| w.cu.body_mut()[2] = 3, 3..4),
+        (
+            "cu_seqlens = [1, 2, 2]",
+            |w, _| w.cu.body_mut().copy_from_slice(&[1, 2, 2]),
+            0..1,
+        ),
+    ];
+    let mut n = 0;
+    // (entry, staged): V runs both implementations.
+    for (entry, staged) in [
+        (Entry::Recurrent, false),
+        (Entry::Verify, false),
+        (Entry::Verify, true),
+        (Entry::VerifyFold, false),
+    ] {
+        for (what, edit, uncovered) in &edits {
+            let mut w = world.clone();
+            w.o.body_mut().fill(f32::NAN);
+            let mut p = entry.params(&mut w);
+            edit(&mut w, &mut p);
+            // SAFETY: as in `run`; only device-side index values are garbage.
+            let st = unsafe {
+                match (&p, staged) {
+                    (Params::Verify(v), true) => {
+                        let mut k = v.kernel();
+                        k.impl_ = ffi::rssm_impl_RSSM_IMPL_STAGED as i32;
+                        k.block_rows = 16;
+                        ffi::rssm_emu_verify(&k, ptr::null_mut())
+                    }
+                    _ => p.launch_kernel(),
+                }
+            };
+            assert_eq!(st, ffi::rssm_status_RSSM_OK, "{entry:?} staged={staged} {what}");
+            w.guards_intact()
+                .unwrap_or_else(|b| panic!("{entry:?} {what}: wrote outside {b}"));
+            let word = w.word.body()[0];
+            assert_ne!(
+                word & ffi::RSSM_DEVERR_BAD_SEQLENS,
+                0,
+                "{entry:?} staged={staged} {what}: error word {word:#x}"
+            );
+            let o = w.o.body();
+            for t in uncovered.clone() {
+                assert!(
+                    o[t * row..(t + 1) * row].iter().all(|x| x.to_bits() == 0),
+                    "{entry:?} staged={staged} {what}: token {t} outside every request: {:?}",
+                    &o[t * row..(t + 1) * row]
+                );
+            }
+            n += 1;
+        }
+    }
+    say(&format!(
+        "uncovered tokens: {n} kernel launches, each flagged and zeroed"
+    ));
 }
 
 /// The deferred fold's kernels on garbage (the kernel layer: no host checks): the bit flagged,

@@ -243,10 +243,11 @@ def validate_config(args):
 class _T:
     """One tensor as the ABI sees it: address, shape, element strides, dtype, device."""
 
-    __slots__ = ("name", "ptr", "shape", "strides", "dtype", "device", "obj", "writeable")
+    __slots__ = ("name", "ptr", "shape", "strides", "dtype", "device", "obj", "writeable", "itemsize", "written")
 
     def __init__(self, name, obj):
         self.name, self.obj = name, obj
+        self.written = False
         mod = type(obj).__module__
         if mod.startswith("numpy"):
             import numpy as np
@@ -265,6 +266,7 @@ class _T:
                 # e.g. np.frombuffer(..., offset=1): the kernels load whole elements.
                 _bad("%s: address %#x is not aligned to its %d-byte elements" % (name, obj.ctypes.data, obj.itemsize))
             self.dtype = kinds[obj.dtype]
+            self.itemsize = obj.itemsize
             self.ptr = obj.ctypes.data
             self.shape = tuple(obj.shape)
             if any(s % obj.itemsize for s in obj.strides):
@@ -293,6 +295,7 @@ class _T:
             if str(obj.dtype) not in kinds:
                 _bad("%s: dtype %s is not supported (float32, float16, bfloat16, int32)" % (name, obj.dtype))
             self.dtype = kinds[str(obj.dtype)]
+            self.itemsize = 4 if self.dtype in ("f32", "i32") else 2
             self.ptr = obj.data_ptr()
             self.shape = tuple(int(s) for s in obj.shape)
             if not self.ptr:
@@ -303,6 +306,33 @@ class _T:
             self.writeable = True  # torch has no read-only flag
         else:
             _bad("%s: expected a numpy.ndarray or a torch.Tensor, got %s" % (name, type(obj).__name__))
+
+    def span(self):
+        """The bytes [lo, hi) between its first and last element."""
+        lo = hi = 0
+        for size, stride in zip(self.shape, self.strides):
+            if size > 1:
+                if stride < 0:
+                    lo += (size - 1) * stride
+                else:
+                    hi += (size - 1) * stride
+        return self.ptr + lo * self.itemsize, self.ptr + (hi + 1) * self.itemsize
+
+    def runs(self, limit):
+        """Its memory as sorted, disjoint byte runs [lo, hi) (its contiguous inner dims make one
+        run), or None past `limit` runs."""
+        d = len(self.shape)
+        while d > 0 and self.contiguous_from(d - 1):
+            d -= 1
+        block = self.itemsize
+        for size in self.shape[d:]:
+            block *= size
+        offsets = [0]
+        for size, stride in zip(self.shape[:d], self.strides[:d]):
+            if len(offsets) * size > limit:
+                return None
+            offsets = [o + i * stride * self.itemsize for o in offsets for i in range(size)]
+        return sorted((self.ptr + o, self.ptr + o + block) for o in offsets)
 
     def contiguous_from(self, dim):
         """Dims dim.. are C-contiguous."""
@@ -332,6 +362,7 @@ class _Call:
                 return None
             _bad("%s: %s is required" % (self.entry, name))
         t = _T(name, obj)
+        t.written = bool(written)
         if len(t.shape) != len(shape) or any(w is not None and w != s for w, s in zip(shape, t.shape)):
             _bad("%s: %s has shape %s, expected %s" % (self.entry, name, list(t.shape),
                                                       ["*" if w is None else w for w in shape]))
@@ -372,6 +403,7 @@ class _Call:
         if len(devices) != 1:
             _bad("%s: tensors on different devices: %s" % (self.entry, sorted(str(d) for d in devices)))
         kind, index = devices.pop()
+        self.check_aliasing()
         lib = _library()
         fn = getattr(lib, self.entry)
         if kind == "cpu":
@@ -392,9 +424,64 @@ class _Call:
             raise DeviceIndexError(self.entry, scratch.value)
 
 
-def _pitches(p, ts, slot_dim):
+    # A strided view with more runs than this is compared by its first-to-last span alone.
+    _MAX_RUNS = 1 << 18
+
+    def check_aliasing(self):
+        """Refuses a buffer the call writes that shares memory with any other argument (an output
+        passed as an input, the pool passed as the ring, ...): the kernels would read what they
+        are writing. Exact for strided views (an envelope pool's slots interleave other state)."""
+        live = [t for t in self.tensors if 0 not in t.shape]
+        for i, a in enumerate(live):
+            for b in live[i + 1:]:
+                if not (a.written or b.written):
+                    continue
+                (alo, ahi), (blo, bhi) = a.span(), b.span()
+                if ahi <= blo or bhi <= alo:
+                    continue
+                ra, rb = a.runs(self._MAX_RUNS), b.runs(self._MAX_RUNS)
+                if ra is not None and rb is not None and not _runs_overlap(ra, rb):
+                    continue
+                w, o = (a, b) if a.written else (b, a)
+                _bad("%s: %s (bytes %#x..%#x) shares memory with %s (bytes %#x..%#x): a buffer this call "
+                     "writes must not overlap any other argument" % (self.entry, w.name, *w.span(), o.name,
+                                                                     *o.span()))
+
+
+def _runs_overlap(ra, rb):
+    """Whether two sorted lists of disjoint byte runs share a byte."""
+    i = j = 0
+    while i < len(ra) and j < len(rb):
+        (alo, ahi), (blo, bhi) = ra[i], rb[j]
+        if alo < bhi and blo < ahi:
+            return True
+        if ahi <= bhi:
+            i += 1
+        else:
+            j += 1
+    return False
+
+
+def _pool_pitch_rule(entry, ts, slot_dim):
+    """A checkpoint pool's layer and slot dims (those before `slot_dim` + 1) each at least one
+    slot's checkpoint apart. The ABI's pitch 0 means "packed", so a broadcast dim (stride 0: torch
+    `expand`, NumPy `broadcast_to`) would be addressed as separate slots past the view: refused,
+    naming the tensor and its strides (the library checks the rest of the pitch rule)."""
+    slot = 1
+    for size in ts.shape[slot_dim + 1:]:
+        slot *= size
+    for d, what in enumerate(("layer", "slot")[1 - slot_dim:]):
+        if ts.shape[d] > 1 and ts.strides[d] < slot:
+            _bad("%s: %s has shape %s and strides %s: its %s dim (%d entries) has stride %d, less than one "
+                 "slot's checkpoint (%d elements)%s; every %s needs its own memory" % (
+                     entry, ts.name, list(ts.shape), list(ts.strides), what, ts.shape[d], ts.strides[d], slot,
+                     " (a broadcast view: expand / broadcast_to)" if ts.strides[d] == 0 else "", what))
+
+
+def _pitches(c, p, ts, slot_dim):
     """The checkpoint pool's slot (and layer) pitch from its strides: an engine's page-major pool
     ("envelope": one slot holds every layer) is a strided view; 0 where a dim has one entry."""
+    _pool_pitch_rule(c.entry, ts, slot_dim)
     pitch = lambda d: ts.strides[d] if ts.shape[d] > 1 else 0  # noqa: E731
     p.state_slot_stride = pitch(slot_dim)
     if slot_dim == 1:
@@ -509,7 +596,7 @@ def recurrent(q, k, v, *, state, slots, cu_seqlens, o=None, write_state=True, sn
     write_state = _flag(c.entry, "write_state", write_state)
     o, T, H, HV, K, V, _ = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
     ts = c.t("state", state, (None, HV, V, K), ("f32",), written=bool(write_state), pool_dims=1)
-    _pitches(p, ts, 0)
+    _pitches(c, p, ts, 0)
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tcu = c.t("cu_seqlens", cu_seqlens, (B + 1,), ("i32",))
@@ -551,7 +638,7 @@ def verify(q, k, v, *, state, slots, cu_seqlens, layer, ring=None, parent=None, 
     p = _abi.VerifyParams(struct_size=ctypes.sizeof(_abi.VerifyParams))
     o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
     ts = c.t("state", state, (None, None, HV, V, K), ("f32",), pool_dims=2)
-    _pitches(p, ts, 1)
+    _pitches(c, p, ts, 1)
     NL, NS = ts.shape[:2]
     layer = _layer(c, layer, NL)
     tsl = c.t("slots", slots, (None,), ("i32",))
@@ -576,7 +663,7 @@ def verify(q, k, v, *, state, slots, cu_seqlens, layer, ring=None, parent=None, 
 
 def _ring_problem(c, p, state, ring, qk_l2norm):
     ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True, pool_dims=2)
-    _pitches(p, ts, 1)
+    _pitches(c, p, ts, 1)
     NL, NS, HV, V, K = ts.shape
     ptrs, H, W, kda, tv = _spec_ring(c, ring, NL, NS, HV, V, K)
     p.state = ts.ptr
@@ -626,7 +713,7 @@ def replay(*, state, ring, slots, counts, layer, qk_l2norm=True, error_word=None
 
 def _decode_ring(c, p, state, decode_ring, kda=None, ring_written=False):
     ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True, pool_dims=2)
-    _pitches(p, ts, 1)
+    _pitches(c, p, ts, 1)
     NL, NS, HV, V, K = ts.shape
     if decode_ring is None or len(decode_ring) != 3:
         _bad("%s: decode_ring must be (ring_d, ring_k, ring_g)" % c.entry)
@@ -715,7 +802,7 @@ def verify_fold(q, k, v, *, state, slots, cu_seqlens, layer, ring, pending, pare
     p = _abi.VerifyFoldParams(struct_size=ctypes.sizeof(_abi.VerifyFoldParams))
     o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
     ts = c.t("state", state, (None, None, HV, V, K), ("f32",), written=True, pool_dims=2)
-    _pitches(p, ts, 1)
+    _pitches(c, p, ts, 1)
     NL, NS = ts.shape[:2]
     layer = _layer(c, layer, NL)
     tsl = c.t("slots", slots, (None,), ("i32",))

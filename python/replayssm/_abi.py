@@ -72,9 +72,9 @@ class DevErr(enum.IntFlag):
 # What each device error bit means (the header's REPLAYSSM_DEVERR_* comments), for messages.
 DEVERR_MEANING = {
     DevErr.SLOT_OUT_OF_RANGE: "a slot outside -1..num_slots-1; the row was skipped",
-    DevErr.BAD_SEQLENS: "cu_seqlens not increasing or beyond num_tokens / max_seqlen",
+    DevErr.BAD_SEQLENS: "cu_seqlens not increasing, beyond num_tokens / max_seqlen, or not from 0 to num_tokens",
     DevErr.BAD_LENGTH: "an accept length, replay count, cursor or position out of range",
-    DevErr.TRACK_SLOT: "a track slot out of range; the track was skipped",
+    DevErr.TRACK_SLOT: "a track slot out of range, or (verify_fold) with records pending; the track was skipped",
     DevErr.BAD_TREE: "a bad tree parent or accepted path; the request was skipped",
     DevErr.DUPLICATE_SLOT: "live slots or track slots repeated in one launch; those rows were skipped",
     DevErr.TRACK_STEP: "track step outside the committed steps of a tracked row; the track was skipped",

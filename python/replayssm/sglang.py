@@ -40,7 +40,7 @@ per request; without it the CPU path reads `cu_seqlens`, the CUDA path uses the 
 import math
 import numbers
 
-from . import _T, _abi, _bad, _flag, _int, _is_bool, _scale
+from . import _T, _abi, _bad, _flag, _int, _is_bool, _pool_pitch_rule, _scale
 from . import fold as _rs_fold, recurrent as _recurrent, verify as _verify, decode as _decode
 
 SGLANG_VERSION = "0.5.23"
@@ -132,6 +132,7 @@ def _pool(fn, name, t, slot_dim):
         _bad("%s: %s has shape %s: every size must be at least 1" % (fn, name, list(t.shape)))
     if not t.contiguous_from(slot_dim + 1):
         _bad("%s: %s must be contiguous within a slot (shape %s, strides %s)" % (fn, name, list(t.shape), list(t.strides)))
+    _pool_pitch_rule(fn, t, slot_dim)
 
 
 def _f32_param(fn, name, x, shape):

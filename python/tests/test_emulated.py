@@ -218,6 +218,9 @@ def test_strided_pools_give_the_packed_pools_bits(rng):
     rs.replay(state=env, ring=ring, slots=p.slots, counts=counts, layer=1)
     assert (bits(pool) == bits(env)).all() and (pool[1] != p.state).any()
     assert np.isnan(raw).sum() == raw.size - pool.size
-    with pytest.raises(rs.InvalidArgument, match="state_slot_stride = 4 is smaller"):
+    # A pitch below one slot: the binding names the tensor and its strides (the library would
+    # name state_slot_stride).
+    with pytest.raises(rs.InvalidArgument, match=r"state has shape \[3, 4, 32, 32\] and strides \[4, 1024, 32, 1\]: "
+                                                 r"its slot dim \(3 entries\) has stride 4, less than one slot"):
         rs.recurrent(p.q, p.k, p.v, state=np.lib.stride_tricks.as_strided(packed, strides=(16,) + packed.strides[1:]),
                      **kw)

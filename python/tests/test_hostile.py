@@ -18,7 +18,7 @@ import pytest
 
 import replayssm as rs
 from replayssm import _abi
-from conftest import Problem
+from conftest import Problem, envelope
 
 # The tally conftest.py prints: bad inputs fed, interpreter crashes, silent accepts.
 TALLY = {"inputs": 0, "crashes": 0, "silent": 0}
@@ -78,6 +78,7 @@ def calls(rng, kda=False):
              np.zeros(gshape[:3] + (2 * W,) + gshape[4:], np.float32), np.zeros((NL, NS, HV, 2 * W), np.float32))
     pending = np.tile(np.array([2, 0, 0, 1] + [-1] * (W - 2), np.int32), (NS, 1))
     spare = int(np.setdiff1d(np.arange(NS), p.slots)[0])
+    pending[spare] = [0, 0] + [-1] * W  # the track target: nothing pending (else refused)
     return {
         "recurrent": (rs.recurrent, dict(tokens, state=p.state.copy(), slots=p.slots, cu_seqlens=p.cu_seqlens)),
         "verify": (rs.verify, dict(tokens, state=pool.copy(), slots=p.slots, cu_seqlens=p.cu_seqlens, layer=1,
@@ -705,3 +706,127 @@ class TestRealTorch:
             refused(lambda: fn(**dict(t, q=torch._neg_view(t["q"]), max_seqlen=3)), match=r"q: is_neg\(\) is True")
         refused(lambda: fn(**dict(t, q=torch.empty(0, H, K)[:0], max_seqlen=3)), match=r"q: data_ptr\(\) is 0")
         fn(**dict(t, max_seqlen=3))
+
+
+# --- round two: broadcast pools, buffers sharing memory, tokens outside every request --------
+
+def _broadcast(x, dim):
+    """x with dim `dim` a broadcast of its first entry (stride 0, as torch's expand): writeable,
+    so a writing call is not stopped by the read-only check first."""
+    strides = list(x.strides)
+    strides[dim] = 0
+    return np.lib.stride_tricks.as_strided(x, x.shape, strides, writeable=True)
+
+
+# (entry, pool dim broadcast): every entry that takes a checkpoint pool, each of its pool dims.
+BROADCAST = [("recurrent", 0)] + [(e, d) for e in ("verify", "fold", "replay", "decode", "decode_materialize",
+                                                   "verify_fold") for d in (0, 1)]
+
+
+@pytest.mark.parametrize("entry,dim", BROADCAST, ids=["%s-dim%d" % b for b in BROADCAST])
+def test_a_broadcast_pool_is_refused_naming_its_strides(rng, entry, dim):
+    # Its stride 0 reached the C ABI as "packed": a writing call wrote past the view (a SIGSEGV
+    # with one real slot expanded to 4096), verify read past it.
+    fn, kw = calls(rng)[entry]
+    pool = _broadcast(kw["state"], dim)
+    before = pool.copy()
+    what = "slot" if dim == len(kw["state"].shape) - 4 else "layer"
+    refused(lambda: fn(**dict(kw, state=pool)),
+            match=r"state has shape \[.*\] and strides \[.*\]: its %s dim \(\d entries\) has stride 0, less than "
+                  r"one slot's checkpoint .*broadcast" % what)
+    assert np.array_equal(pool, before)
+
+
+def test_a_pool_pitch_below_one_slot_is_refused_by_the_binding(rng):
+    fn, kw = calls(rng)["fold"]
+    st = kw["state"]
+    overlapping = np.lib.stride_tricks.as_strided(st, st.shape, (st.strides[0], st.strides[4] * 8) + st.strides[2:])
+    refused(lambda: fn(**dict(kw, state=overlapping)), match=r"state has shape .*its slot dim \(3 entries\) has stride 8")
+
+
+def _inside(base, shape, offset=0):
+    """An array of `shape` over base's memory from element `offset` (base must be large enough)."""
+    flat = base.reshape(-1)
+    n = int(np.prod(shape))
+    return flat[offset:offset + n].reshape(shape)
+
+
+# (entry, what, changes(kw) -> dict, the written argument named, the other argument named)
+ALIASED = [
+    ("recurrent", "o = v", lambda kw: dict(o=kw["v"]), "o", "v"),
+    ("recurrent", "o inside the pool", lambda kw: dict(o=_inside(kw["state"], (5, HV, V), 100)), "state|o", "o|state"),
+    ("recurrent", "o inside snapshots", lambda kw: (lambda sn: dict(snapshots=sn, o=_inside(sn, (5, HV, V), 64),
+                                                                    max_seqlen=3))(np.zeros((2, 3, HV, V, K), np.float32)),
+     "o|snapshots", "snapshots|o"),
+    ("verify", "o inside ring_v", lambda kw: dict(o=_inside(kw["ring"][0], (5, HV, V), 7)), "o|ring_v", "ring_v|o"),
+    ("verify", "the pool as ring_k", lambda kw: dict(ring=(kw["ring"][0], _inside(kw["state"], kw["ring"][1].shape),
+                                                           kw["ring"][2], kw["ring"][3])), "ring_k", "state"),
+    ("fold", "the pool as the ring", lambda kw: dict(ring=(_inside(kw["state"], kw["ring"][0].shape),) +
+                                                     tuple(kw["ring"][1:])), "state", "ring_v"),
+    ("replay", "counts inside the pool", lambda kw: dict(counts=_inside(kw["state"].view(np.int32), (2,))), "state",
+     "counts"),
+    ("decode", "o = v", lambda kw: dict(o=kw["v"]), "o", "v"),
+    ("decode_cursors", "positions = cursors", lambda kw: dict(positions=kw["cursors"][:2]), "positions", "cursors"),
+    ("verify_fold", "pending inside o", lambda kw: dict(pending=_inside(kw["o"].view(np.int32), (3, 2 + W))),
+     "o|pending", "pending|o"),
+    ("defer", "paths inside pending", lambda kw: dict(op=rs.DeferOp.GATHER, accept_lens=DROP,
+                                                      paths=_inside(kw["pending"], (2, W))), "paths", "pending"),
+    ("recurrent", "error_word inside o", lambda kw: dict(error_word=_inside(kw["o"].view(np.uint32), (1,), 3)),
+     "o|error_word", "error_word|o"),
+]
+
+
+@pytest.mark.parametrize("entry,what,make,written,other", ALIASED, ids=["%s-%s" % (a[0], a[1]) for a in ALIASED])
+def test_a_written_buffer_sharing_memory_with_another_argument_is_refused(rng, entry, what, make, written, other):
+    # Accepted before: the kernels read what they were writing (silently wrong answers).
+    fn, kw = calls(rng)[entry]
+    kw.update(make(kw))
+    kw = {n: x for n, x in kw.items() if x is not DROP}
+    kept = {n: np.array(x, copy=True) for n, x in kw.items() if isinstance(x, np.ndarray)}
+    e = refused(lambda: fn(**kw), match=r"shares memory with .*a buffer this call writes must not overlap")
+    if written is not None:
+        assert re.search(r"(%s) \(bytes 0x[0-9a-f]+\.\.0x[0-9a-f]+\) shares memory with (%s) " % (written, other),
+                         str(e)), str(e)
+    for n, x in kept.items():
+        assert np.array_equal(x.view(np.uint8), kw[n].view(np.uint8)), "%s: a refused call wrote %s" % (what, n)
+
+
+def test_interleaved_views_that_share_no_byte_are_accepted(rng):
+    # Exact, not by span: an envelope pool's slots interleave other memory (the conv state), which
+    # another argument may occupy; only a shared byte is refused.
+    raw = np.zeros((6, 10), np.float32)
+    a, b = rs._T("a", raw[:, :7]), rs._T("b", raw[:, 7:])
+    assert not rs._runs_overlap(a.runs(1 << 18), b.runs(1 << 18))
+    assert rs._runs_overlap(a.runs(1 << 18), rs._T("c", raw[5:, 6:]).runs(1 << 18))
+    fn, kw = calls(rng)["fold"]
+    pool, _ = envelope(kw["state"])
+    fn(**dict(kw, state=pool))
+
+
+# Tokens outside every request came back as NaN with no error: refused, naming cu_seqlens.
+UNCOVERED = [
+    ("recurrent", _i32(1, 2, 5)),
+    ("recurrent", _i32(0, 2, 4)),
+    ("verify", _i32(0, 2, 4)),
+    ("verify", _i32(1, 3, 5)),
+    ("verify_fold", _i32(1, 3, 5)),
+    ("verify_fold", _i32(0, 1, 3)),
+]
+
+
+@pytest.mark.parametrize("entry,cu", UNCOVERED, ids=["%s-%s" % (e, "-".join(map(str, c))) for e, c in UNCOVERED])
+def test_tokens_outside_every_request_are_refused(rng, entry, cu):
+    fn, kw = calls(rng)[entry]
+    kw["cu_seqlens"] = cu
+    refused(lambda: fn(**kw), match=r"cu_seqlens\[0\] = %d and cu_seqlens\[2\] = %d: they must be 0 and num_tokens = 5"
+            % (cu[0], cu[2]))
+    assert np.isnan(kw["o"]).all(), "a refused call wrote o"
+
+
+def test_a_track_slot_with_records_pending_is_refused(rng):
+    # They would stay under its new snapshot, and the next verify_fold on it would replay them.
+    fn, kw = calls(rng)["verify_fold"]
+    spare = int(kw["track_slots"][0])
+    kw["pending"][spare] = [1, 0, 0] + [-1] * (W - 1)
+    refused(lambda: fn(**kw), match=r"track_slots\[0\] = %d has 1 records pending \(pending\[%d\]\[0\] = 1\)"
+            % (spare, spare))

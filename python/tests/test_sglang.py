@@ -450,6 +450,9 @@ BAD_VERIFY = [
     ("cu_seqlens", lambda s: dict(cu_seqlens=s.cu.astype(np.int64))),
     ("initial_state_indices", lambda s: dict(initial_state_indices=s.slots[:2])),
     ("initial_state_source", lambda s: dict(initial_state_source=s.state[0][:, :, :, :16])),
+    # A broadcast (expanded) pool: its stride 0 would reach the library as "packed".
+    ("initial_state_source", lambda s: dict(initial_state_source=np.lib.stride_tricks.as_strided(
+        s.state[0], strides=(0,) + s.state[0].strides[1:]))),
     ("replayssm_rawv", lambda s: dict(replayssm_rawv=s.ring[0][0].astype(np.float16))),
     ("replayssm_rawk", lambda s: dict(replayssm_rawk=s.ring[1][0][:, :1])),
     ("replayssm_g", lambda s: dict(replayssm_g=np.zeros((s.NS, s.HV, s.W, s.K), np.float32))),
@@ -485,7 +488,22 @@ BAD_FOLD = [
     ("state_layer_stride", lambda s: dict(checkpoint_state=np.lib.stride_tricks.as_strided(
         s.state, strides=(s.state.strides[1],) + s.state.strides[1:])), rs.InvalidArgument),
     ("rawv_cache", lambda s: dict(rawv_cache=s.ring[0][:, :, :, :, :16]), rs.InvalidArgument),
+    ("checkpoint_state", lambda s: dict(checkpoint_state=np.lib.stride_tricks.as_strided(
+        s.state, strides=(s.state.strides[0], 0) + s.state.strides[2:])), rs.InvalidArgument),
 ]
+
+
+def test_an_adapter_argument_sharing_memory_with_a_written_one_is_refused(rng):
+    # The ring passed inside the pool the fold writes: the kernels would read what they write.
+    s = Spec(rng)
+    for layer in range(s.NL):
+        sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(layer))
+    inside = s.state.reshape(-1)[:s.ring[0].size].reshape(s.ring[0].shape)
+    fn, args = s.fold_args(rawv_cache=inside)
+    before = snapshot(s)
+    with pytest.raises(rs.InvalidArgument, match=r"shares memory with .*must not overlap any other argument"):
+        fn(**args)
+    assert untouched(s, before)
 
 
 @pytest.mark.parametrize("name,make,err", BAD_FOLD, ids=["%s-%d" % (b[0], i) for i, b in enumerate(BAD_FOLD)])

@@ -270,7 +270,8 @@ pub unsafe extern "C" fn replayssm_decode_cursors(
 /// Kernel VF (deferred fold) of one layer: replays each live request's pending records (the
 /// pending table) into its checkpoint, stores it (and F's track snapshot when set), then verifies
 /// the new window from that state (as `replayssm_verify`; tree verify with `parent`) and writes
-/// its raw records into the other half of the ring. After every layer, `replayssm_defer` COMMIT.
+/// its raw records into the other half of the ring. Then, once per step after the last layer's VF
+/// (not after each layer: a second COMMIT would re-commit the step), `replayssm_defer` COMMIT.
 ///
 /// # Safety
 /// As `replayssm_recurrent`, for a `replayssm_verify_fold_params`.

@@ -94,11 +94,14 @@ pub enum replayssm_variant {
 pub const REPLAYSSM_MAX_VERIFY_WINDOW: i32 = 16;
 /// Device error word bit: a slot outside -1..num_slots-1 (the row was skipped).
 pub const REPLAYSSM_DEVERR_SLOT_OUT_OF_RANGE: u32 = 0x1;
-/// Device error word bit: cu_seqlens not increasing or beyond num_tokens / max_seqlen.
+/// Device error word bit: cu_seqlens not increasing, beyond num_tokens / max_seqlen, or not
+/// covering every token (not starting at 0 or ending before num_tokens: those tokens' outputs
+/// are zero).
 pub const REPLAYSSM_DEVERR_BAD_SEQLENS: u32 = 0x2;
 /// Device error word bit: an accept length, replay count, cursor or position out of range.
 pub const REPLAYSSM_DEVERR_BAD_LENGTH: u32 = 0x4;
-/// Device error word bit: a track slot out of range (the track was skipped).
+/// Device error word bit: a track slot out of range, or (VF) with records pending (the track was
+/// skipped).
 pub const REPLAYSSM_DEVERR_TRACK_SLOT: u32 = 0x8;
 /// Device error word bit: a bad tree parent or accepted path (the request was skipped).
 pub const REPLAYSSM_DEVERR_BAD_TREE: u32 = 0x10;

@@ -395,7 +395,8 @@ pub struct replayssm_defer_params {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum replayssm_defer_op {
-    /// After every layer's VF of a step: the accepted records of the window VF wrote are pending.
+    /// Once per step, after the step's last layer's VF: the accepted records of the window VF wrote
+    /// are pending.
     REPLAYSSM_DEFER_COMMIT = 0,
     /// `paths[b]` = the slot's pending ring positions, for `replayssm_fold`'s path mode (a flush).
     REPLAYSSM_DEFER_GATHER = 1,

@@ -41,7 +41,8 @@ pub(crate) unsafe fn live_slots<'a>(p: *const i32, batch: i32, num_slots: i32) -
 }
 
 /// cu_seqlens `[batch + 1]` as the kernels read it: every request's tokens inside
-/// 0..num_tokens, in order, at most `max_seqlen` of them.
+/// 0..num_tokens, in order, at most `max_seqlen` of them, and every token in a request (from 0
+/// to num_tokens: a token outside every request would get no output).
 pub fn seqlens(cu: &[i32], num_tokens: i32, max_seqlen: i32) -> Check {
     for (r, w) in cu.windows(2).enumerate() {
         let (bos, eos) = (w[0], w[1]);
@@ -56,6 +57,15 @@ pub fn seqlens(cu: &[i32], num_tokens: i32, max_seqlen: i32) -> Check {
                 "request {r} has {} tokens (cu_seqlens[{r}..={}] = {bos}..{eos}), more than max_seqlen = {max_seqlen}",
                 eos - bos,
                 r + 1
+            )));
+        }
+    }
+    if let (Some(&first), Some(&last)) = (cu.first(), cu.last()) {
+        if first != 0 || last != num_tokens {
+            return Err(bad(format!(
+                "cu_seqlens[0] = {first} and cu_seqlens[{}] = {last}: they must be 0 and num_tokens = {num_tokens} \
+                 (a token outside every request would get no output)",
+                cu.len() - 1
             )));
         }
     }
@@ -215,6 +225,9 @@ mod tests {
         assert!(live(&[0, 4]).contains("slots[1] = 4 is out of range"));
         assert!(live(&[-1, -1, 2]).is_empty());
         assert!(msg(seqlens(&[0, 3, 2], 3, 4)).contains("cu_seqlens[1..=2] = 3..2"));
+        assert!(msg(seqlens(&[1, 3], 3, 4)).contains("cu_seqlens[0] = 1"));
+        assert!(msg(seqlens(&[0, 2], 3, 4)).contains("cu_seqlens[1] = 2"));
+        assert!(seqlens(&[0, 2, 3], 3, 4).is_ok());
         assert!(msg(seqlens(&[0, 5], 5, 4)).contains("more than max_seqlen = 4"));
         assert!(msg(parents(&[-1, 1], &[0, 2], &[0])).contains("parent[1] = 1"));
         assert!(parents(&[-1, 1], &[0, 2], &[-1]).is_ok(), "a null row builds no tree");

@@ -716,6 +716,16 @@ pub(crate) fn verify_fold(p: &ffi::rssm_verify_fold_params, backend: Backend) ->
             // SAFETY: as above.
             let (ts, st) = unsafe { (host_ints(p.track_slots, b), host_ints(p.track_steps, b)) };
             indices::tracks(&ts, &st, &slots, &lens, v.num_slots)?;
+            for (row, &t) in ts.iter().enumerate().filter(|(_, &t)| t >= 0) {
+                // SAFETY: as above; t is in 0..num_slots (indices::tracks).
+                let n = unsafe { *p.pending.add(t as usize * e) };
+                if n != 0 {
+                    return Err(bad(format!(
+                        "track_slots[{row}] = {t} has {n} records pending (pending[{t}][0] = {n}): they would stay \
+                         under its new snapshot and be replayed onto it; replayssm_defer RESET the slot first"
+                    )));
+                }
+            }
         }
     }
     Ok(())

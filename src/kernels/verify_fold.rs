@@ -202,8 +202,9 @@ impl Stream {
         Ok(plan)
     }
 
-    /// After every layer's VF of a step: each live row's slot now holds, pending, the first
-    /// `accept_lens[b]` records of the window VF just wrote (device memory, graph-safe).
+    /// Once per step, after the step's last layer's VF (not after each layer): each live row's
+    /// slot now holds, pending, the first `accept_lens[b]` records of the window VF just wrote
+    /// (device memory, graph-safe).
     pub fn defer_commit(
         &self,
         dring: &mut DeferredRing<Device>,

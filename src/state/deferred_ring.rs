@@ -180,8 +180,9 @@ impl DeferredRing<Host> {
         crate::checks::check_slots(slots, slots.len(), self.ring.shape.slots)
     }
 
-    /// After every layer's VF of a step: each live row's slot now holds, pending, the first
-    /// `accept_lens[b]` records (0..=W, bonus token included) of the window VF just wrote.
+    /// Once per step, after the step's last layer's VF (not after each layer): each live row's
+    /// slot now holds, pending, the first `accept_lens[b]` records (0..=W, bonus token included)
+    /// of the window VF just wrote.
     pub fn commit(&mut self, slots: &[i32], accept_lens: &[i32]) -> Result<()> {
         self.check_rows(slots)?;
         if accept_lens.len() != slots.len() {

@@ -104,6 +104,28 @@ __device__ __forceinline__ void report_device_error(uint32_t *error_word, uint32
   if (error_word) atomicOr(reinterpret_cast<unsigned *>(error_word), bit);
 }
 
+// Tokens that no request covers, [0, cu_seqlens[0]) and [cu_seqlens[batch], num_tokens), would
+// keep whatever their outputs held: the first and the last request flag them BAD_SEQLENS and
+// zero columns [col0, col0 + ncols) of them (threads tid, tid + nthreads, ...), so no output of a
+// launch is left unwritten. The host refuses such a cu_seqlens where it can read it.
+template <class Act>
+__device__ __forceinline__ void zero_uncovered_tokens(const int32_t *cu, int batch, int num_tokens, int req, void *out,
+                                                      int64_t o_stride, int64_t col0, int ncols, int tid,
+                                                      int nthreads, bool reporter, uint32_t *error_word) {
+  if (req != 0 && req != batch - 1) return;
+  const int c0 = cu[0], cb = cu[batch];
+  const int head = req == 0 ? (c0 < 0 ? 0 : c0 < num_tokens ? c0 : num_tokens) : 0;
+  const int tail = req == batch - 1 ? (cb > num_tokens ? num_tokens : cb < 0 ? 0 : cb) : num_tokens;
+  if (head == 0 && tail == num_tokens) return;
+  if (reporter) report_device_error(error_word, RSSM_DEVERR_BAD_SEQLENS);
+  Act *o = static_cast<Act *>(out);
+  const int64_t n_head = int64_t(head) * ncols, n_tail = int64_t(num_tokens - tail) * ncols;
+  for (int64_t i = tid; i < n_head + n_tail; i += nthreads) {
+    const int64_t tok = i < n_head ? i / ncols : tail + (i - n_head) / ncols;
+    o[tok * o_stride + col0 + i % ncols] = from_float<Act>(0.0f);
+  }
+}
+
 // Whether `value` occurs in values[0..n) at an index other than `self` (-1: at any index). Two rows
 // of one launch on the same slot would race on its state, so the kernels check this on the device
 // (the host never sees the indices under graph replay) without sorting or scratch memory: the warp

@@ -200,6 +200,14 @@ __device__ __forceinline__ void verify_zero_outputs(const rssm_verify_params &p,
   }
 }
 
+// zero_uncovered_tokens for rows row_begin..row_end of value head hv. Whole block.
+template <class Act>
+__device__ __forceinline__ void verify_uncovered_tokens(const rssm_verify_params &p, int req, int hv, int row_begin,
+                                                        int row_end, bool reporter) {
+  zero_uncovered_tokens<Act>(p.cu_seqlens, p.batch, p.num_tokens, req, p.o, p.o_stride, int64_t(hv) * p.V + row_begin,
+                             row_end - row_begin, threadIdx.x, blockDim.x, reporter, p.error_word);
+}
+
 // Phase 4 of DEFAULT (and of VF), per warp: the outputs of the window from this warp's state rows
 // `s` (rows row0..row0+3 of value head hv, this lane's EPL channels), by forward substitution,
 // and the raw v ring records at ring positions ring_base + i. Whole warp.
@@ -285,14 +293,15 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
   const int T = p.max_seqlen;
   const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
 
+  const int begin = blockIdx.x * RowTiling::kRowsPerBlock;
+  const int end = begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V;
+  verify_uncovered_tokens<Act>(p, req, hv, begin, end, reporter);
   VerifyRequest rq;
   if (!verify_request(p, req, reporter, rq)) return;
   RSSM_DYNAMIC_SMEM(float, smem);
   const WindowSmem w = window_smem(smem, T, K, KDA);
   const bool tree_ok = rq.live && verify_tree_ok(p, rq, w, reporter);
   if (!tree_ok) {  // null, untrusted slot or bad tree: zero outputs, no ring writes
-    const int begin = blockIdx.x * RowTiling::kRowsPerBlock;
-    const int end = begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V;
     verify_zero_outputs<Act>(p, rq, hv, begin, end);
     return;
   }

@@ -41,6 +41,12 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(con
   const int W = p.window / 2;
   const bool reporter = tile == 0 && threadIdx.x == 0;
 
+  {
+    const int begin = tile * RowTiling::kRowsPerBlock;
+    verify_uncovered_tokens<Act>(p, req, hv, begin,
+                                 begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V,
+                                 reporter);
+  }
   VerifyRequest rq;
   if (!verify_request(p, req, reporter, rq)) return;
   // The slot's pending records (uniform over the block: every thread reads the same entry).
@@ -59,8 +65,14 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(con
       path = entry + 2;
     }
   }
-  const int track_slot = checked_track(p.slots, vf.track_slots, vf.track_steps, p.batch, p.num_slots, req,
-                                       ok ? rq.slot : -1, n, p.error_word, reporter);
+  int track_slot = checked_track(p.slots, vf.track_slots, vf.track_steps, p.batch, p.num_slots, req,
+                                 ok ? rq.slot : -1, n, p.error_word, reporter);
+  // A track slot with records pending would keep them under its new snapshot (the next VF on it
+  // would replay them onto it): flagged, no snapshot.
+  if (track_slot >= 0 && vf.pending[int64_t(track_slot) * (2 + W)] != 0) {
+    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_TRACK_SLOT);
+    track_slot = -1;
+  }
   const int track_step = vf.track_steps ? vf.track_steps[req] : -1;
 
   RSSM_DYNAMIC_SMEM(float, smem);
