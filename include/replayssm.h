@@ -73,8 +73,8 @@
 
 /*
  Device error word bit: cu_seqlens not increasing, beyond num_tokens / max_seqlen, or not
- covering every token (not starting at 0 or ending before num_tokens: those tokens' outputs
- are zero).
+ from 0 to num_tokens (the request skipped; in the last case the first or last request's
+ tokens and the uncovered ones get zero outputs).
  */
 #define REPLAYSSM_DEVERR_BAD_SEQLENS 2
 

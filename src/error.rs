@@ -138,7 +138,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The bits of the device error word (`RSSM_DEVERR_*`), with what each means for the launch.
 pub const DEVICE_ERROR_BITS: [(u32, &str, &str); 7] = [
     (ffi::RSSM_DEVERR_SLOT_OUT_OF_RANGE, "SLOT_OUT_OF_RANGE", "a slot outside -1..num_slots (row skipped)"),
-    (ffi::RSSM_DEVERR_BAD_SEQLENS, "BAD_SEQLENS", "cu_seqlens not increasing or beyond num_tokens / max_seqlen (request skipped), or not from 0 to num_tokens (uncovered tokens zeroed)"),
+    (ffi::RSSM_DEVERR_BAD_SEQLENS, "BAD_SEQLENS", "cu_seqlens not increasing or beyond num_tokens / max_seqlen (request skipped), or not from 0 to num_tokens (request skipped, its and the uncovered tokens zeroed)"),
     (ffi::RSSM_DEVERR_BAD_LENGTH, "BAD_LENGTH", "an accept length, replay count, cursor or position out of range (row skipped)"),
     (ffi::RSSM_DEVERR_TRACK_SLOT, "TRACK_SLOT", "a track slot out of range, or (VF) with records pending (track skipped)"),
     (ffi::RSSM_DEVERR_BAD_TREE, "BAD_TREE", "a bad tree parent or accepted path (request skipped)"),

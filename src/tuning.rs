@@ -6,11 +6,15 @@
 //! so the choice is only about speed, and a table can never make a valid call fail: a choice that
 //! does not fit the call (shared memory, window) falls back to [`Impl::Default`]. The table is
 //! data: `bench/autotune/h200.json` is compiled in, `REPLAYSSM_TUNE_TABLE=<path>` replaces it, and
-//! `replayssm bench --tune` writes one. A missing or corrupt table prints one warning on stderr
-//! and every call takes the default. Tests and the bench pin a choice with [`force`].
+//! `replayssm bench --tune` writes one. The path must name a regular file (a FIFO, device or
+//! directory is refused without being opened for reading) of at most [`MAX_TABLE_BYTES`]. A
+//! missing, unusable or corrupt table prints one warning on stderr and every call takes the
+//! default. Tests and the bench pin a choice with [`force`].
 
 use std::cell::RefCell;
 use std::fmt;
+use std::io::{Read, Write};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
@@ -25,6 +29,11 @@ pub const SHIPPED_TABLE: &str = include_str!("../bench/autotune/h200.json");
 
 /// The environment variable naming a table file that replaces the shipped one.
 pub const TABLE_ENV: &str = "REPLAYSSM_TUNE_TABLE";
+
+/// The largest table file read, in bytes (1 MiB). The shipped table is a few hundred bytes and
+/// an entry about 150, so a table of every bucket of every kernel fits many times over; a larger
+/// file is refused without being read.
+pub const MAX_TABLE_BYTES: u64 = 1 << 20;
 
 /// A tunable kernel. VT runs V's implementations, FT F's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -191,6 +200,109 @@ pub enum TableError {
     Entry { origin: String, index: usize, why: String },
     #[error("tuning table {origin}: cannot read it: {source}")]
     Read { origin: String, source: std::io::Error },
+    #[error("tuning table {origin}: not a regular file ({kind}); a table must be a regular file")]
+    NotRegular { origin: String, kind: &'static str },
+    #[error(
+        "tuning table {origin}: {size} bytes, larger than {MAX_TABLE_BYTES} bytes (MAX_TABLE_BYTES), the most a \
+         table may have"
+    )]
+    TooLarge { origin: String, size: u64 },
+}
+
+/// What a file that is not a regular file is, for messages.
+fn file_kind(t: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_file() {
+        "a regular file"
+    } else {
+        "neither a file nor a directory"
+    }
+}
+
+/// Opens `path` for reading without blocking on a FIFO where the platform allows (`O_NONBLOCK`
+/// has no effect on a regular file).
+fn open_nonblocking(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(all(
+        target_os = "linux",
+        any(
+            target_arch = "x86_64",
+            target_arch = "x86",
+            target_arch = "aarch64",
+            target_arch = "arm",
+            target_arch = "riscv64",
+            target_arch = "powerpc64",
+            target_arch = "s390x",
+            target_arch = "loongarch64"
+        )
+    ))]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        const O_NONBLOCK: i32 = 0o4000; // <asm-generic/fcntl.h> and x86, arm, powerpc, s390
+        options.custom_flags(O_NONBLOCK);
+    }
+    options.open(path)
+}
+
+/// Reads a table file: a regular file of at most [`MAX_TABLE_BYTES`], checked before it is
+/// opened (so a FIFO never blocks and a device is never read) and again on the opened file (the
+/// path may have been replaced in between); at most `MAX_TABLE_BYTES + 1` bytes are read
+/// whatever the file claims. `origin` names it in errors.
+pub fn read_table_file(path: &Path, origin: &str) -> Result<String, TableError> {
+    let read_error = |source| TableError::Read {
+        origin: origin.to_string(),
+        source,
+    };
+    let check = |meta: &std::fs::Metadata| {
+        if !meta.is_file() {
+            return Err(TableError::NotRegular {
+                origin: origin.to_string(),
+                kind: file_kind(meta.file_type()),
+            });
+        }
+        if meta.len() > MAX_TABLE_BYTES {
+            return Err(TableError::TooLarge {
+                origin: origin.to_string(),
+                size: meta.len(),
+            });
+        }
+        Ok(())
+    };
+    check(&std::fs::metadata(path).map_err(read_error)?)?;
+    let file = open_nonblocking(path).map_err(read_error)?;
+    let meta = file.metadata().map_err(read_error)?;
+    check(&meta)?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    file.take(MAX_TABLE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_TABLE_BYTES {
+        // It grew after the check.
+        return Err(TableError::TooLarge {
+            origin: origin.to_string(),
+            size: bytes.len() as u64,
+        });
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, "not valid UTF-8")))
 }
 
 impl Table {
@@ -279,20 +391,20 @@ pub fn active_table() -> Option<&'static Table> {
         .get_or_init(|| {
             let loaded = match std::env::var_os(TABLE_ENV) {
                 Some(path) => {
-                    let origin = format!("{} (from {TABLE_ENV})", path.to_string_lossy());
-                    std::fs::read_to_string(&path)
-                        .map_err(|source| TableError::Read {
-                            origin: origin.clone(),
-                            source,
-                        })
-                        .and_then(|text| Table::parse(&text, &origin))
+                    // Control and bidi characters of the path escaped: it goes to a terminal.
+                    let origin = format!("{} (from {TABLE_ENV})", path.to_string_lossy().escape_debug());
+                    read_table_file(Path::new(&path), &origin).and_then(|text| Table::parse(&text, &origin))
                 }
                 None => Table::parse(SHIPPED_TABLE, "bench/autotune/h200.json (shipped)"),
             };
             match loaded {
                 Ok(t) => Some(t),
                 Err(e) => {
-                    eprintln!("replayssm: warning: {e}; every kernel runs its default implementation");
+                    // Not eprintln!: a closed or full stderr must not panic a kernel call.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "replayssm: warning: {e}; every kernel runs its default implementation"
+                    );
                     None
                 }
             }
@@ -555,6 +667,51 @@ mod tests {
             prefetch
         ));
         assert!(!fits(&key(), prefetch));
+    }
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("replayssm-tuning-unit-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn a_table_file_must_be_a_small_regular_file() {
+        // A good table reads and parses.
+        let good = temp("good.json");
+        std::fs::write(&good, SHIPPED_TABLE).unwrap();
+        let text = read_table_file(&good, "good").unwrap();
+        assert_eq!(Table::parse(&text, "good").unwrap().format, TABLE_FORMAT);
+        // Exactly the cap is read; one byte more is refused by size, before reading.
+        std::fs::write(&good, " ".repeat(MAX_TABLE_BYTES as usize)).unwrap();
+        assert_eq!(read_table_file(&good, "cap").unwrap().len() as u64, MAX_TABLE_BYTES);
+        std::fs::write(&good, " ".repeat(MAX_TABLE_BYTES as usize + 1)).unwrap();
+        let e = read_table_file(&good, "over").unwrap_err().to_string();
+        assert!(e.contains("over") && e.contains("larger than 1048576 bytes"), "{e}");
+        // A 4 GiB sparse file: refused by its size, nothing read.
+        std::fs::File::create(&good).unwrap().set_len(4 << 30).unwrap();
+        let e = read_table_file(&good, "huge").unwrap_err().to_string();
+        assert!(e.contains("4294967296 bytes"), "{e}");
+        // Not UTF-8.
+        std::fs::write(&good, [0xffu8, 0xfe, b'{']).unwrap();
+        let e = read_table_file(&good, "bytes").unwrap_err().to_string();
+        assert!(e.contains("not valid UTF-8"), "{e}");
+        std::fs::remove_file(&good).ok();
+        // A directory.
+        let dir = temp("dir");
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = read_table_file(&dir, "dir").unwrap_err().to_string();
+        assert!(e.contains("not a regular file (a directory)"), "{e}");
+        std::fs::remove_dir(&dir).ok();
+        // A device that never ends.
+        #[cfg(target_os = "linux")]
+        {
+            let e = read_table_file(Path::new("/dev/zero"), "zero").unwrap_err().to_string();
+            assert!(e.contains("not a regular file (a character device)"), "{e}");
+        }
+        // Missing.
+        let e = read_table_file(&temp("missing.json"), "missing")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot read it"), "{e}");
     }
 
     #[test]

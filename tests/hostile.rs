@@ -1638,20 +1638,20 @@ fn the_kernels_flag_duplicate_slots_and_bad_track_steps_and_skip_those_rows() {
 }
 
 /// Tokens outside every request (cu_seqlens not starting at 0, or ending before num_tokens): on
-/// the kernel layer (no host checks, as CUDA under graph replay) BAD_SEQLENS is flagged and their
-/// outputs are zero, never left as they were (NaN here), on every entry that takes cu_seqlens and
-/// each verify implementation.
+/// the kernel layer (no host checks, as CUDA under graph replay) BAD_SEQLENS is flagged, the first
+/// (last) request is skipped, and its outputs and the uncovered tokens' are zero, never left as
+/// they were (NaN here), on every entry that takes cu_seqlens and each verify implementation.
 #[test]
 fn tokens_outside_every_request_are_flagged_and_zeroed_by_the_kernels() {
     let world = World::new(17);
     let row = HV * V;
     let edits: [(&str, Edit, std::ops::Range<usize>); 3] = [
-        ("cu_seqlens[0] = 1", |w, _| w.cu.body_mut()[0] = 1, 0..1),
-        ("cu_seqlens[2] = 3", |w, _| w.cu.body_mut()[2] = 3, 3..4),
+        ("cu_seqlens[0] = 1", |w, _| w.cu.body_mut()[0] = 1, 0..2),
+        ("cu_seqlens[2] = 3", |w, _| w.cu.body_mut()[2] = 3, 2..4),
         (
             "cu_seqlens = [1, 2, 2]",
             |w, _| w.cu.body_mut().copy_from_slice(&[1, 2, 2]),
-            0..1,
+            0..4,
         ),
     ];
     let mut n = 0;

@@ -9,13 +9,24 @@
 // collectives and deadlocks are reported as errors instead of hanging. Blocks run in parallel
 // on host threads (one block per host thread at a time); __shared__ is thread_local storage
 // and dynamic shared memory is poisoned with 0xFF bytes (NaN) at every block start.
+//
+// Environment, read once per process; a value that does not parse makes every launch fail with
+// a message naming the variable, its value and the accepted range:
+//   REPLAYSSM_EMU_THREADS  host threads blocks run on: decimal digits, 1..=64 (larger values are
+//                          clamped to 64); default: the CPUs the process may run on, at most 64.
+//   REPLAYSSM_EMU_SEED     base of the schedule's pseudo-random order: an unsigned 64-bit integer,
+//                          decimal, 0x hexadecimal or 0 octal (strtoull base 0, the whole string).
+// Resources: a launch maps at most 1 GiB of fiber stacks (256 KiB per CUDA thread per worker:
+// 1024-thread blocks run on at most 4 host threads, 128-thread blocks on 32); helper threads
+// have 1 MiB stacks; idle workers keep at most 1 GiB of stacks for later launches. When memory
+// or threads run out a launch runs on the workers it could start, or fails with an error (never
+// aborts the process).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <type_traits>
 
 #define __global__
@@ -68,9 +79,20 @@ void syncthreads();
 uint64_t warp_collective(Collective op, unsigned mask, uint64_t value, int arg, int width);
 void *dynamic_smem();
 
-using KernelBody = std::function<void()>;
+// A kernel body as the emulator calls it: a function and its closure (no allocation, unlike
+// std::function, so nothing can throw before the launch reports its own errors).
+struct KernelBody {
+  void (*call)(const void *closure);
+  const void *closure;
+  void operator()() const { call(closure); }
+};
 // Runs `body` once per thread of every block; returns 0 or an error (message in last_error()).
+// Never throws and never aborts: running out of memory or threads is an error.
 int launch(const char *name, dim3 grid, dim3 block, size_t dynamic_smem_bytes, const KernelBody &body);
+template <class F> int launch_fn(const char *name, dim3 grid, dim3 block, size_t dynamic_smem_bytes, const F &f) {
+  return launch(name, grid, block, dynamic_smem_bytes,
+                KernelBody{[](const void *c) { (*static_cast<const F *>(c))(); }, &f});
+}
 const char *last_error();
 
 template <class T> inline uint64_t to_bits(T v) {
@@ -186,4 +208,4 @@ __half __float2half(float f);
 #define RSSM_DYNAMIC_SMEM(type, name) type *name = static_cast<type *>(::rssm_emu::dynamic_smem())
 // Kernel launch: synchronous; evaluates to the emulator's status (0 = launched and finished).
 #define RSSM_LAUNCH(kernel, grid, block, smem, stream, ...) \
-  (static_cast<void>(stream), ::rssm_emu::launch(#kernel, (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))
+  (static_cast<void>(stream), ::rssm_emu::launch_fn(#kernel, (grid), (block), (smem), [&]() { kernel(__VA_ARGS__); }))

@@ -830,3 +830,130 @@ def test_a_track_slot_with_records_pending_is_refused(rng):
     kw["pending"][spare] = [1, 0, 0] + [-1] * (W - 1)
     refused(lambda: fn(**kw), match=r"track_slots\[0\] = %d has 1 records pending \(pending\[%d\]\[0\] = 1\)"
             % (spare, spare))
+
+
+# --- issue 28, class 2: the emulator's environment and resources (appended) ----------------
+# REPLAYSSM_EMU_THREADS / REPLAYSSM_EMU_SEED are read once per process and an address-space
+# limit applies to a whole process, so each case runs in a child interpreter: a regression
+# (an abort when threads or memory run out) kills only the child and is reported as a crash.
+EMU_ENV_SCRIPT = textwrap.dedent("""
+    import resource, sys, numpy as np
+    sys.path.insert(0, sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_AS, (3000000 * 1024, 3000000 * 1024))  # ulimit -v 3000000
+    import replayssm as rs
+    from test_hostile import calls
+    fn, kw = calls(np.random.default_rng(7))["recurrent"]
+    try:
+        fn(**kw)
+        print("RESULT ok")
+    except rs.EmulatorError as e:
+        print("RESULT EmulatorError", e)
+""")
+
+
+@pytest.mark.parametrize("var,value,accepted", [
+    ("REPLAYSSM_EMU_THREADS", None, True),
+    ("REPLAYSSM_EMU_THREADS", "1000", True),  # clamped to 64
+    ("REPLAYSSM_EMU_THREADS", "-1", False),
+    ("REPLAYSSM_EMU_THREADS", "2x", False),
+    ("REPLAYSSM_EMU_SEED", "0x10", True),
+    ("REPLAYSSM_EMU_SEED", "-3", False),
+])
+def test_emulator_environment_under_3_gb_runs_or_is_refused_by_name(var, value, accepted):
+    import os
+    TALLY["inputs"] += 1
+    env = {k: x for k, x in os.environ.items() if k not in ("REPLAYSSM_EMU_THREADS", "REPLAYSSM_EMU_SEED")}
+    if value is not None:
+        env[var] = value
+    here = str(__import__("pathlib").Path(__file__).parent)
+    r = subprocess.run([sys.executable, "-c", EMU_ENV_SCRIPT, here], capture_output=True, text=True, timeout=300,
+                       env=env)
+    if r.returncode != 0:
+        TALLY["crashes"] += 1
+        pytest.fail("the interpreter died (exit %d) with %s=%r under 3 GB: %s"
+                    % (r.returncode, var, value, r.stderr[-2000:]))
+    if accepted:
+        assert "RESULT ok" in r.stdout, r.stdout + r.stderr
+    else:
+        if "RESULT ok" in r.stdout:
+            TALLY["silent"] += 1
+        assert re.search(r"RESULT EmulatorError .*%s = \"%s\" is not an integer in" % (var, re.escape(value)),
+                         r.stdout), r.stdout + r.stderr
+
+
+# What each entry's valid call writes (the campaign below pairs each with every other array).
+WRITTEN = {
+    "recurrent": {"o", "state"}, "verify": {"o", "ring[0]", "ring[1]", "ring[2]", "ring[3]"},
+    "fold": {"state"}, "replay": {"state"}, "decode": {"o", "state"}, "decode_materialize": {"state"},
+    "decode_cursors": {"positions"}, "verify_fold": {"o", "state", "ring[0]", "ring[1]", "ring[2]", "ring[3]"},
+    "defer": {"pending"},
+}
+
+
+def _arrays(kw):
+    """name -> array of a call's arguments, a tuple's members as name[i]."""
+    out = {}
+    for n, x in kw.items():
+        if isinstance(x, np.ndarray):
+            out[n] = x
+        elif isinstance(x, tuple):
+            out.update(("%s[%d]" % (n, i), r) for i, r in enumerate(x) if isinstance(r, np.ndarray))
+    return out
+
+
+def _replace(kw, name, x):
+    if "[" not in name:
+        return dict(kw, **{name: x})
+    n, i = name[:-1].split("[")
+    t = list(kw[n])
+    t[int(i)] = x
+    return dict(kw, **{n: tuple(t)})
+
+
+def test_a_seeded_campaign_of_arguments_sharing_memory(rng):
+    # Every entry, every (written, other) pair: the smaller of the two carved out of the larger's
+    # memory at a random element offset, holding its own values (so every other check passes):
+    # refused, naming both, nothing written. Then all arguments carved from one buffer at
+    # disjoint offsets: accepted, with the bits of separate arrays.
+    n = 0
+    for entry, written in WRITTEN.items():
+        fn, kw0 = calls(rng)[entry]
+        names = sorted(_arrays(kw0))
+        for w in sorted(written):
+            for other in names:
+                if other == w:
+                    continue
+                fn, kw = calls(rng)[entry]
+                arrs = _arrays(kw)
+                small, big = (w, other) if arrs[w].nbytes <= arrs[other].nbytes else (other, w)
+                a, b = arrs[small], arrs[big]
+                words = b.nbytes // a.itemsize
+                off = int(rng.integers(0, words - a.size + 1))
+                view = b.view(np.uint8).reshape(-1)[:words * a.itemsize].view(a.dtype)[off:off + a.size]
+                view = view.reshape(a.shape)
+                view[...] = a
+                kw = _replace(kw, small, view)
+                kept = {k: np.array(x, copy=True) for k, x in _arrays(kw).items()}
+                e = refused(lambda: fn(**kw), match=r"shares memory with")
+                assert w.split("[")[0] in str(e) or w in str(e) or "ring" in str(e), str(e)
+                for k, x in _arrays(kw).items():
+                    assert np.array_equal(kept[k].view(np.uint8), x.view(np.uint8)), "%s %s~%s wrote %s" % (
+                        entry, w, other, k)
+                n += 1
+        # Disjoint carvings of one buffer are not aliases: accepted, the same bits as separate arrays.
+        fn, kw = calls(rng)[entry]
+        arrs = _arrays(kw)
+        raw = np.zeros(sum(x.nbytes // 64 * 64 + 128 for x in arrs.values()), np.uint8)
+        at, carved = 0, dict(kw)
+        for k in names:
+            x = arrs[k]
+            v = raw[at:at + x.nbytes].view(x.dtype).reshape(x.shape)
+            v[...] = x
+            carved = _replace(carved, k, v)
+            at += x.nbytes // 64 * 64 + 128
+        fn(**kw)
+        fn(**carved)
+        got = _arrays(carved)
+        for k in written:
+            assert np.array_equal(arrs[k].view(np.uint8), got[k].view(np.uint8)), "%s: %s differs" % (entry, k)
+    assert n > 100, n

@@ -95,8 +95,8 @@ pub const REPLAYSSM_MAX_VERIFY_WINDOW: i32 = 16;
 /// Device error word bit: a slot outside -1..num_slots-1 (the row was skipped).
 pub const REPLAYSSM_DEVERR_SLOT_OUT_OF_RANGE: u32 = 0x1;
 /// Device error word bit: cu_seqlens not increasing, beyond num_tokens / max_seqlen, or not
-/// covering every token (not starting at 0 or ending before num_tokens: those tokens' outputs
-/// are zero).
+/// from 0 to num_tokens (the request skipped; in the last case the first or last request's
+/// tokens and the uncovered ones get zero outputs).
 pub const REPLAYSSM_DEVERR_BAD_SEQLENS: u32 = 0x2;
 /// Device error word bit: an accept length, replay count, cursor or position out of range.
 pub const REPLAYSSM_DEVERR_BAD_LENGTH: u32 = 0x4;

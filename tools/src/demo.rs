@@ -13,7 +13,6 @@ use crate::workload::{RecurrentData, WorkloadSpec};
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
 use replayssm::dtype::{ActBuffer, DType};
-use replayssm::error::Result;
 use replayssm::numerics::{compare, Tolerance};
 use replayssm::pool::CheckpointPool;
 use replayssm::problem::{HeadDims, Variant};
@@ -22,7 +21,22 @@ use replayssm::reference;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::DeferredRing;
 
+use crate::outln;
+use crate::output::StdoutError;
 use crate::staged::{fold, recurrent, verify, verify_fold};
+
+/// Why the demo stopped before its verdict.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// A kernel, the pool or a ring refused or failed.
+    #[error(transparent)]
+    Run(#[from] replayssm::error::Error),
+    /// stdout could not be written: the CLI's clean exit 1.
+    #[error(transparent)]
+    Stdout(#[from] StdoutError),
+}
+
+type Result<T> = std::result::Result<T, DemoError>;
 
 /// Outputs are bf16: its rounding (2^-8 relative) dominates every output comparison here.
 const BF16_OUT_TOL: Tolerance = Tolerance { atol: 1e-4, rtol: 8e-3 };
@@ -72,11 +86,14 @@ fn judge_recurrent(backend: Backend, seed: u64) -> Result<bool> {
     let out_tol = BF16_OUT_TOL;
     let state_tol = Tolerance { atol: 1e-6, rtol: 1e-5 };
     let mut ok = true;
-    println!("[1] kernel R (recurrent baseline) on the {backend} backend vs the f64 reference");
-    println!(
+    outln!("[1] kernel R (recurrent baseline) on the {backend} backend vs the f64 reference")?;
+    outln!(
         "    B=8 requests x 4 tokens, H={} HV={} K={} V={}, {dtype} activations, f32 checkpoint",
-        dims.h, dims.hv, dims.k, dims.v
-    );
+        dims.h,
+        dims.hv,
+        dims.k,
+        dims.v
+    )?;
     for (i, variant) in [Variant::Gdn, Variant::Kda].into_iter().enumerate() {
         let data = RecurrentData::random(
             &WorkloadSpec {
@@ -110,7 +127,7 @@ fn judge_recurrent(backend: Backend, seed: u64) -> Result<bool> {
         let oc = compare(&o.to_f32(), &f64ref.o, out_tol);
         let sc = compare(&state, &expected, state_tol);
         ok &= oc.passed() && sc.passed();
-        println!(
+        outln!(
             "    {variant}: largest error vs f64: outputs {:.3e} (bf16 rounding; tol {:.0e}+{:.0e}|r|), checkpoint {:.3e} (tol {:.0e}+{:.0e}|r|): {}",
             oc.max_abs_err,
             out_tol.atol,
@@ -119,14 +136,14 @@ fn judge_recurrent(backend: Backend, seed: u64) -> Result<bool> {
             state_tol.atol,
             state_tol.rtol,
             if oc.passed() && sc.passed() { "pass" } else { "FAIL" }
-        );
+        )?;
     }
     Ok(ok)
 }
 
 /// Runs the demo; `Ok(true)` when every check held.
 pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
-    println!("replayssm demo on the {backend} backend");
+    outln!("replayssm demo on the {backend} backend")?;
     let r_ok = judge_recurrent(backend, seed)?;
 
     let dims = HeadDims {
@@ -145,14 +162,14 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         slots: batch + 2,
         window: t,
     };
-    println!("[2] speculative decoding, {steps} steps: ReplaySSM (verify, then fold-every-commit) and ReplaySSM deferred (VF: fold the previous step's records, then verify) vs the recurrent verify with per-token snapshots");
-    println!(
+    outln!("[2] speculative decoding, {steps} steps: ReplaySSM (verify, then fold-every-commit) and ReplaySSM deferred (VF: fold the previous step's records, then verify) vs the recurrent verify with per-token snapshots")?;
+    outln!(
         "    {layers} GDN layers, B={batch} requests, T={t} draft tokens (incl. bonus), H={} HV={} K={} V={}, {dtype}, random accept lengths 0..=T",
         dims.h, dims.hv, dims.k, dims.v
-    );
+    )?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let slots: Vec<i32> = vec![4, 0, 5, 2];
-    let cfg = resolve(&EngineFlags::spec_ring(Variant::Gdn))?;
+    let cfg = resolve(&EngineFlags::spec_ring(Variant::Gdn)).map_err(replayssm::error::Error::from)?;
     let mut pool_rs = CheckpointPool::new(&cfg, dims, layers, shape.slots)?;
     for x in pool_rs.state_mut() {
         *x = rng.gen_range(-0.5f32..0.5);
@@ -163,7 +180,8 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
     let cfg_vf = resolve(&EngineFlags {
         linear_replayssm_spec_deferred_fold: true,
         ..EngineFlags::spec_ring(Variant::Gdn)
-    })?;
+    })
+    .map_err(replayssm::error::Error::from)?;
     let mut pool_vf = CheckpointPool::new(&cfg_vf, dims, layers, shape.slots)?;
     pool_vf.state_mut().copy_from_slice(pool_rs.state());
     let mut dring = DeferredRing::for_pool(&pool_vf, t, dtype, true)?;
@@ -289,12 +307,12 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         }
     }
     if let (n, Some(first)) = refused {
-        println!("    deferred fold: {n} checkpoints unreadable after the final flush, first: {first}");
+        outln!("    deferred fold: {n} checkpoints unreadable after the final flush, first: {first}")?;
     }
-    println!(
+    outln!(
         "    largest |output difference| ReplaySSM vs baseline: {max_diff:.3e} (bf16 outputs: the chunked form rounds differently)"
-    );
-    println!(
+    )?;
+    outln!(
         "    committed checkpoints after {steps} steps ({accepted_total} accepted tokens, {} layers): {}",
         layers,
         if identical {
@@ -302,26 +320,26 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         } else {
             "DIFFERENT from the baseline"
         }
-    );
-    println!(
+    )?;
+    outln!(
         "    deferred (VF) outputs vs ReplaySSM verify over {vf_compared} layer-steps: largest |difference| {vf_out_max:.3e}{} (tol {:.0e}+{:.0e}|r|): {}",
         if vf_out_bits { ", bit-identical" } else { "" },
         BF16_OUT_TOL.atol,
         BF16_OUT_TOL.rtol,
         verdict(vf_out_ok)
-    );
+    )?;
     let same = |ok: bool| if ok { "BIT-IDENTICAL" } else { "DIFFERENT" };
-    println!(
+    outln!(
         "    deferred (VF) committed checkpoints vs ReplaySSM V+F, at every step and after the final flush: {}: {}",
         same(vf_vs_rs),
         verdict(vf_vs_rs)
-    );
-    println!(
+    )?;
+    outln!(
         "    deferred (VF) committed checkpoints vs the baseline, at every step and after the final flush: {}: {}",
         same(vf_vs_base),
         verdict(vf_vs_base)
-    );
-    println!(
+    )?;
+    outln!(
         "    wall time on this backend: ReplaySSM V+F {:.2} s, deferred VF {:.2} s, baseline {:.2} s{}",
         t_rs.as_secs_f64(),
         t_vf.as_secs_f64(),
@@ -331,21 +349,21 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         } else {
             " (emulated: not a performance figure)"
         }
-    );
+    )?;
     let scratch_rs = layers * shape.slots * t * ring_record_bytes(&dims, dtype);
     let scratch_base = layers * batch * t * per_slot * 4;
     // Two windows per slot (pending + new) and the pending table, `[NS, 2 + W]` i32.
     let scratch_vf = 2 * scratch_rs + shape.slots * dring.entry_len() * 4;
-    println!(
+    outln!(
         "    speculative scratch: ReplaySSM ring {} B (NL x NS x W x E), deferred ring {} B (NL x NS x 2W x E + NS x (2+W) x 4), baseline snapshots {} B (NL x B x T x HV x V x K x 4)",
         scratch_rs, scratch_vf, scratch_base
-    );
-    println!("[3] modelled bytes per step and layer (SPEC §8 floors; divide by ~4.3 TB/s on an H200):");
+    )?;
+    outln!("[3] modelled bytes per step and layer (SPEC §8 floors; divide by ~4.3 TB/s on an H200):")?;
     for (name, d, b) in modelled_shapes(dims, batch) {
         let avg_n = (accepted_total as f64 / (steps * batch).max(1) as f64).round() as usize;
         let sb = step_bytes(&d, dtype, b, t, b * avg_n);
         let rs = sb.verify + sb.fold;
-        println!(
+        outln!(
             "    {name} (B={b}, T={t}, H={} HV={} K={} V={}): ReplaySSM verify {} + fold {} = {} B; recurrent with snapshots {} B ({:.2}x); verify alone moves {:.2}x the baseline's bytes",
             d.h,
             d.hv,
@@ -357,23 +375,23 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
             sb.recurrent_snapshots,
             sb.recurrent_snapshots as f64 / rs as f64,
             sb.verify as f64 / sb.recurrent_snapshots as f64
-        );
-        println!(
+        )?;
+        outln!(
             "      deferred VF (fold of the previous step's records + verify) {} B: {:.2}x fewer than recurrent with snapshots, {:.2}x fewer than verify + fold (modelled)",
             sb.verify_fold,
             sb.recurrent_snapshots as f64 / sb.verify_fold as f64,
             rs as f64 / sb.verify_fold as f64
-        );
+        )?;
     }
     let ok = r_ok && identical && vf_out_ok && vf_vs_rs && vf_vs_base;
-    println!("result: backend={backend} {}", if ok { "PASS" } else { "FAIL" });
+    outln!("result: backend={backend} {}", if ok { "PASS" } else { "FAIL" })?;
     Ok(ok)
 }
 
 /// `replayssm demo --mode decode`: buffered decode (kernel D, cache length `l`) vs the recurrent
 /// decode (kernel R) over `steps` tokens per request on the same backend, both against f64.
 pub fn run_decode(backend: Backend, seed: u64, steps: usize, l: usize) -> Result<bool> {
-    println!("replayssm demo (buffered decode) on the {backend} backend");
+    outln!("replayssm demo (buffered decode) on the {backend} backend")?;
     let dims = if backend == Backend::Cuda {
         HeadDims {
             h: 4,
@@ -402,10 +420,13 @@ pub fn run_decode(backend: Backend, seed: u64, steps: usize, l: usize) -> Result
         qk_l2norm: true,
     };
     let data = RecurrentData::random(&spec, seed);
-    println!(
+    outln!(
         "    GDN, B={batch} requests x {steps} decode steps, cache length L={l}, H={} HV={} K={} V={}, {dtype}",
-        dims.h, dims.hv, dims.k, dims.v
-    );
+        dims.h,
+        dims.hv,
+        dims.k,
+        dims.v
+    )?;
     let n = data.num_tokens();
     let t0 = Instant::now();
     let mut o_r = ActBuffer::nan(dtype, n * dims.hv * dims.v);
@@ -434,16 +455,16 @@ pub fn run_decode(backend: Backend, seed: u64, steps: usize, l: usize) -> Result
             .zip(o_r.to_f32())
             .all(|(a, b)| a.to_bits() == b.to_bits());
     let s_same = d.state.iter().zip(&state_r).all(|(a, b)| a.to_bits() == b.to_bits());
-    println!("    buffered decode vs f64: {c_d}");
-    println!("    recurrent decode vs f64: {c_r}");
-    println!(
+    outln!("    buffered decode vs f64: {c_d}")?;
+    outln!("    recurrent decode vs f64: {c_r}")?;
+    outln!(
         "    outputs {} and final checkpoints {} to the recurrent decode; {} flushes over {} row-steps",
         if o_same { "BIT-IDENTICAL" } else { "DIFFERENT" },
         if s_same { "BIT-IDENTICAL" } else { "DIFFERENT" },
         d.flushes,
         n
-    );
-    println!(
+    )?;
+    outln!(
         "    wall time: buffered {:.2} s (one launch per step), recurrent {:.2} s (one launch){}",
         t_d.as_secs_f64(),
         t_r.as_secs_f64(),
@@ -452,16 +473,16 @@ pub fn run_decode(backend: Backend, seed: u64, steps: usize, l: usize) -> Result
         } else {
             " (emulated: not a performance figure)"
         }
-    );
-    println!("    modelled bytes per decode step and layer (divide by ~4.3 TB/s on an H200):");
+    )?;
+    outln!("    modelled bytes per decode step and layer (divide by ~4.3 TB/s on an H200):")?;
     for (name, dd, b) in modelled_shapes(dims, batch) {
         let (rec, buf) = decode_step_bytes(&dd, Variant::Gdn, dtype, b, l);
-        println!(
+        outln!(
             "      {name} (B={b}, L={l}): recurrent {rec:.0} B, buffered {buf:.0} B ({:.2}x the recurrent bytes)",
             buf / rec
-        );
+        )?;
     }
     let ok = o_same && s_same && c_d.passed();
-    println!("result: backend={backend} {}", if ok { "PASS" } else { "FAIL" });
+    outln!("result: backend={backend} {}", if ok { "PASS" } else { "FAIL" })?;
     Ok(ok)
 }

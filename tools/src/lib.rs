@@ -5,13 +5,16 @@
 //! Map: [`case`] (portable `.safetensors` case files: make, check), [`bench`] (timed kernel
 //! cases, reports, plots), [`workload`] (random inputs for every kernel), [`sequence`]
 //! (a workload through kernel D step by step), [`floor`] (bytes floors of every kernel),
-//! [`occupancy`] (the compiled kernels' resources), [`demo`].
+//! [`occupancy`] (the compiled kernels' resources), [`demo`], [`output`] (the CLI's stdout and
+//! stderr: writes that fail cleanly), [`ranges`] (the CLI's numeric flags: ranges and parser).
 
 pub mod bench;
 pub mod case;
 pub mod demo;
 pub mod floor;
 pub mod occupancy;
+pub mod output;
+pub mod ranges;
 pub mod sequence;
 pub mod staged;
 pub mod testing;

@@ -1,5 +1,10 @@
 //! `replayssm`: build facts, the demo (main job), case-file checks and case generation.
+//!
+//! Every line for stdout goes through `outln!` ([`replayssm_tools::output`]): a closed or full
+//! stdout ends the run with one line on stderr and exit code 1, not a panic. Every numeric flag
+//! is parsed by a [`replayssm_tools::ranges`] parser and states its range in its help.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,7 +16,10 @@ use replayssm::numerics::Tolerance;
 use replayssm::{build_info, cuda, AcceptedPaths, DType, HeadDims, Variant};
 use replayssm_tools::case;
 use replayssm_tools::case::CaseKind;
+use replayssm_tools::output;
+use replayssm_tools::ranges;
 use replayssm_tools::workload::{RecurrentData, TreeShape, WorkloadSpec};
+use replayssm_tools::{errln, out, outln};
 
 #[derive(Parser)]
 #[command(
@@ -34,17 +42,19 @@ enum Command {
         /// Force a backend instead of the best one present.
         #[arg(long)]
         backend: Option<Backend>,
-        #[arg(long, default_value_t = 7)]
+        /// Any seed, 0..=18446744073709551615.
+        #[arg(long, default_value_t = 7, value_parser = ranges::SEED)]
         seed: u64,
-        /// Steps of the simulation (speculative-decoding steps, or decode tokens per request).
-        #[arg(long, default_value_t = 200)]
+        /// Steps of the simulation (speculative-decoding steps, or decode tokens per request),
+        /// 1..=1000.
+        #[arg(long, default_value_t = 200, value_parser = ranges::DEMO_STEPS)]
         steps: usize,
         /// spec: ReplaySSM verify + fold vs the recurrent verify; decode: buffered decode (kernel
         /// D) vs the recurrent decode.
         #[arg(long, value_enum, default_value_t = DemoMode::Spec)]
         mode: DemoMode,
-        /// --mode decode: the cache length L.
-        #[arg(long, default_value_t = 16)]
+        /// --mode decode: the cache length L, 1..=65536.
+        #[arg(long, default_value_t = 16, value_parser = ranges::CACHE_LEN)]
         cache_len: usize,
     },
     /// Run case files (replayssm-case/1) and compare with their expected tensors.
@@ -57,9 +67,9 @@ enum Command {
     /// The bytes floor of every kernel (SPEC §8) for the model shapes of the performance targets,
     /// B in {1..512}, T (L for D) in {2, 4, 6, 8}: bytes and the time they take at `--bandwidth`.
     Floor {
-        /// Copy bandwidth in TB/s to express floors as time (measure it on the device; the H200
-        /// copies about 4.3 TB/s device to device).
-        #[arg(long, default_value_t = 4.3)]
+        /// Copy bandwidth in TB/s to express floors as time, 0.01..=100 TB/s (measure it on the
+        /// device; the H200 copies about 4.3 TB/s device to device).
+        #[arg(long, default_value_t = 4.3, value_parser = ranges::BANDWIDTH_TBS)]
         bandwidth: f64,
         /// One JSON object per line instead of the table.
         #[arg(long)]
@@ -106,85 +116,108 @@ struct MakeCaseArgs {
     #[arg(long, value_enum, default_value_t = case::Op::Recurrent)]
     op: case::Op,
     /// fold: tokens committed per request; verify_fold_steps: per step and request, step 0's
-    /// requests first (S x R values). Default: random in 0..=window.
-    #[arg(long, value_delimiter = ',')]
+    /// requests first (S x R values). Each 0..=16 and at most its request's tokens. Default:
+    /// random in 0..=window.
+    #[arg(long, value_delimiter = ',', value_parser = ranges::ACCEPT)]
     accept: Vec<i32>,
-    /// verify_fold_steps only: steps S (default 3, at most 64).
-    #[arg(long)]
+    /// verify_fold_steps only: steps S, 1..=64 (default 3).
+    #[arg(long, value_parser = ranges::CASE_STEPS)]
     steps: Option<usize>,
     /// verify_tree, fold_tree: draft tree shape (chain, star, binary, topk<K>, random).
     #[arg(long, default_value = "topk2")]
     tree: TreeShape,
-    /// fold_tree only: the deepest accepted node (window position) per request, -1 for none;
-    /// the commit replays its root path (default: a random node or none).
-    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    /// fold_tree only: the deepest accepted node (window position) per request, -1 for none,
+    /// each -1..=15 and below its request's tokens; the commit replays its root path (default: a
+    /// random node or none).
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = ranges::ACCEPT_NODE)]
     accept_node: Vec<i32>,
-    /// decode only: the buffered-decode cache length L.
-    #[arg(long, default_value_t = 4)]
+    /// decode only: the buffered-decode cache length L, 1..=65536.
+    #[arg(long, default_value_t = 4, value_parser = ranges::CACHE_LEN)]
     cache_len: usize,
     #[arg(long, default_value = "gdn")]
     variant: Variant,
     #[arg(long, default_value = "bf16")]
     dtype: DType,
-    /// H,HV,K,V
-    #[arg(long, value_delimiter = ',', default_values_t = [2usize, 4, 64, 32])]
+    /// H,HV,K,V, each 1..=65536 (HV a multiple of H and at most 65535).
+    #[arg(long, value_delimiter = ',', default_values_t = [2usize, 4, 64, 32], value_parser = ranges::HEAD_DIM)]
     dims: Vec<usize>,
-    /// Tokens per request.
-    #[arg(long, value_delimiter = ',', default_values_t = [3usize, 5])]
+    /// Tokens per request, each 0..=1048576 (1..=65535 requests, at most 1048576 tokens in all).
+    #[arg(long, value_delimiter = ',', default_values_t = [3usize, 5], value_parser = ranges::SEQLEN)]
     seqlens: Vec<usize>,
     /// Store precomputed g/beta instead of raw a, b, A_log, dt_bias.
     #[arg(long)]
     precomputed_gate: bool,
     #[arg(long)]
     no_l2norm: bool,
-    #[arg(long, default_value_t = 1)]
+    /// Any seed, 0..=18446744073709551615.
+    #[arg(long, default_value_t = 1, value_parser = ranges::SEED)]
     seed: u64,
-    #[arg(long)]
+    /// Absolute tolerance the case file records, 0..=1.
+    #[arg(long, value_parser = ranges::TOLERANCE)]
     atol: f64,
-    #[arg(long)]
+    /// Relative tolerance the case file records, 0..=1.
+    #[arg(long, value_parser = ranges::TOLERANCE)]
     rtol: f64,
 }
 
-fn validate(args: &[String]) -> ExitCode {
+fn validate(args: &[String]) -> output::Result<ExitCode> {
     use replayssm::config::resolve;
     let flags = match replayssm::engine_args::parse_engine_args(args) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
+            errln!("error: {e}");
+            return Ok(ExitCode::from(2));
         }
     };
     match resolve(&flags) {
         Ok(cfg) => {
             for w in &cfg.warnings {
-                eprintln!("warning: {w}");
+                errln!("warning: {w}");
             }
-            println!("{cfg}");
-            ExitCode::SUCCESS
+            outln!("{cfg}")?;
+            Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
+            errln!("error: {e}");
+            Ok(ExitCode::from(2))
         }
     }
 }
 
-fn floor(bandwidth_tbs: f64, json: bool, dtype: DType) -> ExitCode {
+/// `x` TB/s for a header: at most 4 decimals, no trailing zeros (`4.3`, `0.01`, `100`).
+fn tbs_text(x: f64) -> String {
+    let s = format!("{x:.4}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn floor(bandwidth_tbs: f64, json: bool, dtype: DType) -> output::Result<ExitCode> {
     use replayssm_tools::floor::{floor_us, kernel_floors, step_ratio, BATCHES, MODEL_SHAPES, WINDOWS};
-    if !(bandwidth_tbs.is_finite() && bandwidth_tbs > 0.0) {
-        eprintln!("floor: --bandwidth must be a positive number of TB/s, got {bandwidth_tbs}");
-        return ExitCode::from(2);
+    // The parser keeps the flag in its range; checked again for a caller that bypasses it.
+    let (lo, hi) = (ranges::BANDWIDTH_TBS.lo, ranges::BANDWIDTH_TBS.hi);
+    if !(lo..=hi).contains(&bandwidth_tbs) {
+        errln!(
+            "floor: --bandwidth {bandwidth_tbs:e} is outside {}",
+            ranges::BANDWIDTH_TBS.text()
+        );
+        return Ok(ExitCode::from(2));
     }
     let bw = bandwidth_tbs * 1e12;
     if !json {
-        println!(
-            "bytes floor per launch (F: all layers; step-*: a whole speculative step, all layers, every draft token accepted; others: one layer), {} activations, at {bandwidth_tbs} TB/s; x: step-R bytes / this step's:",
-            dtype.name()
-        );
-        println!(
+        outln!(
+            "bytes floor per launch (F: all layers; step-*: a whole speculative step, all layers, every draft token accepted; others: one layer), {} activations, at {} TB/s; x: step-R bytes / this step's:",
+            dtype.name(),
+            tbs_text(bandwidth_tbs)
+        )?;
+        outln!(
             "  {:<17} {:>4} {:>2}  {:<10} {:>14} {:>10} {:>6}",
-            "shape", "B", "T", "kernel", "bytes", "floor_us", "x"
-        );
+            "shape",
+            "B",
+            "T",
+            "kernel",
+            "bytes",
+            "floor_us",
+            "x"
+        )?;
     }
     for shape in &MODEL_SHAPES {
         for &b in &BATCHES {
@@ -195,26 +228,57 @@ fn floor(bandwidth_tbs: f64, json: bool, dtype: DType) -> ExitCode {
                     let ratio = step_ratio(&floors, f);
                     if json {
                         let ratio = ratio.map_or(String::new(), |x| format!(",\"ratio_vs_step_r\":{x:.3}"));
-                        println!(
+                        outln!(
                             "{{\"shape\":\"{}\",\"layers\":{},\"B\":{b},\"T\":{t},\"kernel\":\"{}\",\"bytes\":{:.0},\"floor_us\":{us:.3},\"bandwidth_tbs\":{bandwidth_tbs}{ratio}}}",
                             shape.name, shape.layers, f.kernel, f.bytes
-                        );
+                        )?;
                     } else {
                         let ratio = ratio.map_or(String::new(), |x| format!("{x:.2}"));
-                        println!(
+                        outln!(
                             "  {:<17} {b:>4} {t:>2}  {:<10} {:>14.0} {us:>10.2} {ratio:>6}",
-                            shape.name, f.kernel, f.bytes
-                        );
+                            shape.name,
+                            f.kernel,
+                            f.bytes
+                        )?;
                     }
                 }
             }
         }
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
+}
+
+/// clap's help and version through `outln!` like every other output (`Error::exit` drops a
+/// failed write to stdout and exits 0); its usage errors on stderr, best effort, exit 2.
+fn parse_failure(e: clap::Error) -> output::Result<ExitCode> {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let text = e.render();
+            if std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+                out!("{}", text.ansi())?;
+            } else {
+                out!("{text}")?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => {
+            let _ = e.print();
+            Ok(ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)))
+        }
+    }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return output::finish(parse_failure(e)),
+    };
+    output::finish(run(cli))
+}
+
+/// Runs the subcommand; `Err` when stdout could not be written.
+fn run(cli: Cli) -> output::Result<ExitCode> {
     match cli.command {
         Command::Info => info(),
         Command::Demo {
@@ -230,12 +294,12 @@ fn main() -> ExitCode {
         Command::Floor { bandwidth, json, dtype } => floor(bandwidth, json, dtype),
         Command::MakeCase(a) => match make_case(&a) {
             Ok(()) => {
-                println!("wrote {}", a.out.display());
-                ExitCode::SUCCESS
+                outln!("wrote {}", a.out.display())?;
+                Ok(ExitCode::SUCCESS)
             }
             Err(e) => {
-                eprintln!("make-case: {e}");
-                ExitCode::FAILURE
+                errln!("make-case: {e}");
+                Ok(ExitCode::FAILURE)
             }
         },
     }
@@ -244,7 +308,7 @@ fn main() -> ExitCode {
 /// Most requests `make-case` writes (the launch limit on B).
 const MAX_MAKE_CASE_REQUESTS: usize = 65_535;
 /// Most tokens (all requests) `make-case` writes.
-const MAX_MAKE_CASE_TOKENS: usize = 1 << 20;
+const MAX_MAKE_CASE_TOKENS: usize = ranges::MAX_CASE_TOKENS;
 /// Steps of a `verify_fold_steps` case when `--steps` is not given.
 const DEFAULT_MAKE_CASE_STEPS: usize = 3;
 /// Most memory `make-case` may need, estimated from --dims and --seqlens: the f64 reference keeps
@@ -490,34 +554,48 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
     case::write_case(&a.out, kind, &data, tolerance).map_err(|e| format!("{}: {e}", a.out.display()))
 }
 
-fn info() -> ExitCode {
-    println!("replayssm {}", env!("CARGO_PKG_VERSION"));
-    println!(
+fn info() -> output::Result<ExitCode> {
+    outln!("replayssm {}", env!("CARGO_PKG_VERSION"))?;
+    outln!(
         "backends compiled in: reference, emulated{}",
         if build_info::CUDA_COMPILED { ", cuda" } else { "" }
-    );
+    )?;
     if build_info::CUDA_COMPILED {
-        println!("nvcc: {}", build_info::NVCC_VERSION);
-        println!("archs: SASS sm_{{{}}} + compute_90 PTX", build_info::CUDA_ARCHS);
+        outln!("nvcc: {}", build_info::NVCC_VERSION)?;
+        outln!("archs: SASS sm_{{{}}} + compute_90 PTX", build_info::CUDA_ARCHS)?;
     } else {
-        println!("nvcc: not found at build time (emulated backend only)");
+        outln!("nvcc: not found at build time (emulated backend only)")?;
     }
     match cuda::device() {
-        Ok(d) => println!(
+        Ok(d) => outln!(
             "gpu: usable: {} (sm_{}{}), {} device(s), runtime {}, driver {}",
-            d.name, d.compute_capability.0, d.compute_capability.1, d.count, d.runtime_version, d.driver_version
-        ),
-        Err(why) => println!("gpu: not usable: {why}"),
+            d.name,
+            d.compute_capability.0,
+            d.compute_capability.1,
+            d.count,
+            d.runtime_version,
+            d.driver_version
+        )?,
+        Err(why) => outln!("gpu: not usable: {why}")?,
     }
     let res = build_info::kernel_resources();
     if res.is_empty() {
-        println!("kernel resources: none (no CUDA build)");
+        outln!("kernel resources: none (no CUDA build)")?;
     } else {
-        println!("kernel resources (ptxas -v) and theoretical occupancy on sm_90 (128-thread blocks; V at a 16-token window):");
-        println!(
+        outln!("kernel resources (ptxas -v) and theoretical occupancy on sm_90 (128-thread blocks; V at a 16-token window):")?;
+        outln!(
             "  {:<7} {:>5} {:>6} {:>8} {:>8} {:>6} {:>7} {:>9} {:>5}  {:<13}  kernel",
-            "arch", "regs", "stack", "spill_st", "spill_ld", "smem", "dynsmem", "blocks/SM", "occ", "limited by"
-        );
+            "arch",
+            "regs",
+            "stack",
+            "spill_st",
+            "spill_ld",
+            "smem",
+            "dynsmem",
+            "blocks/SM",
+            "occ",
+            "limited by"
+        )?;
         let occ = replayssm_tools::occupancy::report();
         for r in res {
             let o = occ.iter().find(|(k, _, _)| k == &r);
@@ -530,7 +608,7 @@ fn info() -> ExitCode {
                 ),
                 None => ("-".into(), "-".into(), "-".into(), "-"),
             };
-            println!(
+            outln!(
                 "  {:<7} {:>5} {:>6} {:>8} {:>8} {:>6} {:>7} {:>9} {:>5}  {:<13}  {}",
                 r.arch,
                 r.registers,
@@ -543,20 +621,21 @@ fn info() -> ExitCode {
                 frac,
                 limiter,
                 r.kernel
-            );
+            )?;
         }
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-fn demo(backend: Backend, seed: u64, steps: usize, mode: DemoMode, cache_len: usize) -> ExitCode {
+fn demo(backend: Backend, seed: u64, steps: usize, mode: DemoMode, cache_len: usize) -> output::Result<ExitCode> {
+    use replayssm_tools::demo::DemoError;
     if let Err(why) = backend.availability() {
-        eprintln!("demo: backend {backend} is not available: {why}");
-        return ExitCode::FAILURE;
+        errln!("demo: backend {backend} is not available: {why}");
+        return Ok(ExitCode::FAILURE);
     }
     if backend != Backend::Cuda {
         if let Err(why) = cuda::device() {
-            println!("(no GPU: {why})");
+            outln!("(no GPU: {why})")?;
         }
     }
     let result = if mode == DemoMode::Decode {
@@ -565,26 +644,27 @@ fn demo(backend: Backend, seed: u64, steps: usize, mode: DemoMode, cache_len: us
         replayssm_tools::demo::run(backend, seed, steps)
     };
     match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("demo: {e}");
-            ExitCode::FAILURE
+        Ok(true) => Ok(ExitCode::SUCCESS),
+        Ok(false) => Ok(ExitCode::FAILURE),
+        Err(DemoError::Stdout(e)) => Err(e),
+        Err(DemoError::Run(e)) => {
+            errln!("demo: {e}");
+            Ok(ExitCode::FAILURE)
         }
     }
 }
 
-fn check(files: &[PathBuf], backend: Backend) -> ExitCode {
+fn check(files: &[PathBuf], backend: Backend) -> output::Result<ExitCode> {
     if let Err(why) = backend.availability() {
-        eprintln!("check: backend {backend} is not available: {why}");
-        return ExitCode::FAILURE;
+        errln!("check: backend {backend} is not available: {why}");
+        return Ok(ExitCode::FAILURE);
     }
     let mut failed = 0;
     for f in files {
         match case::load(f).and_then(|c| case::run(&c, backend).map(|r| (c, r))) {
             Ok((c, r)) => {
                 let verdict = if r.passed() { "PASS" } else { "FAIL" };
-                println!(
+                outln!(
                     "{verdict} {} op={} backend={backend} max_err={:.3e} (o: {}; state_out: {}; atol={:e} rtol={:e})",
                     case::escape_untrusted(&f.display().to_string()),
                     c.op.name(),
@@ -593,20 +673,20 @@ fn check(files: &[PathBuf], backend: Backend) -> ExitCode {
                     r.state_out.map_or("none".to_string(), |c| c.to_string()),
                     c.tolerance.atol,
                     c.tolerance.rtol
-                );
+                )?;
                 failed += usize::from(!r.passed());
             }
             Err(e) => {
                 // Messages quote metadata and tensor names from the file: printed escaped.
-                println!("ERROR {}", case::escape_untrusted(&e.to_string()));
+                outln!("ERROR {}", case::escape_untrusted(&e.to_string()))?;
                 failed += 1;
             }
         }
     }
     if failed == 0 {
-        ExitCode::SUCCESS
+        Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!("check: {failed} of {} case(s) failed", files.len());
-        ExitCode::FAILURE
+        errln!("check: {failed} of {} case(s) failed", files.len());
+        Ok(ExitCode::FAILURE)
     }
 }

@@ -408,7 +408,7 @@ fn bench_on_the_emulator_runs_every_case_untimed_and_writes_json_and_plot() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("window 1 is outside 2..=16"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--windows 1 is outside 2..=16"));
     let bad = bin().args(["bench", "--kernels", "W"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown kernel 'W'"));

@@ -64,7 +64,8 @@ typedef enum rssm_impl {
 /* Bits of the device-side error word: set by kernels that met a device-side index they could
  * not trust (the host never saw it, e.g. under CUDA-graph replay); the row is skipped. */
 #define RSSM_DEVERR_SLOT_OUT_OF_RANGE 0x1u
-#define RSSM_DEVERR_BAD_SEQLENS 0x2u  /* cu_seqlens bad (request skipped), or not from 0 to num_tokens (uncovered tokens zeroed) */
+#define RSSM_DEVERR_BAD_SEQLENS 0x2u  /* cu_seqlens bad, or not from 0 to num_tokens (request skipped;
+                                       * then its and the uncovered tokens' outputs are zero) */
 #define RSSM_DEVERR_BAD_LENGTH 0x4u  /* accept length / replay count / cursor out of range */
 #define RSSM_DEVERR_TRACK_SLOT 0x8u  /* track slot out of range, or (VF) with records pending (track skipped) */
 #define RSSM_DEVERR_BAD_TREE 0x10u   /* parent not in -1..i-1, or an accept path entry outside the window

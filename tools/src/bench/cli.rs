@@ -6,6 +6,9 @@ use std::process::ExitCode;
 
 use super::{run, shape_by_name, BenchOptions, CaseResult, GraphMode, Kernel, Outcome, TimingOptions};
 use crate::floor::{BATCHES, WINDOWS};
+use crate::output;
+use crate::ranges;
+use crate::{errln, out, outln};
 use replayssm::backend::Backend;
 use replayssm::dtype::DType;
 
@@ -19,11 +22,11 @@ pub struct BenchArgs {
     /// default: the four model shapes.
     #[arg(long, value_delimiter = ',')]
     pub shapes: Vec<String>,
-    /// Batches (default 1,8,32,64,128,256,512).
-    #[arg(long, value_delimiter = ',')]
+    /// Batches, each 1..=65535 (default 1,8,32,64,128,256,512).
+    #[arg(long, value_delimiter = ',', value_parser = ranges::BATCH)]
     pub batches: Vec<usize>,
-    /// Windows T, and cache lengths L for D (default 2,4,6,8).
-    #[arg(long, value_delimiter = ',')]
+    /// Windows T, and cache lengths L for D, each 2..=16 (default 2,4,6,8).
+    #[arg(long, value_delimiter = ',', value_parser = ranges::WINDOW)]
     pub windows: Vec<usize>,
     /// Kernels: R-decode, R-window, V, F, P, D-nonflush, D-flush, copy (default: all).
     #[arg(long, value_delimiter = ',')]
@@ -34,17 +37,17 @@ pub struct BenchArgs {
     pub quick: bool,
     #[arg(long, default_value = "bf16")]
     pub dtype: DType,
-    /// Timed samples per case; the median is reported.
-    #[arg(long, default_value_t = 30)]
+    /// Timed samples per case, 1..=10000; the median is reported.
+    #[arg(long, default_value_t = 30, value_parser = ranges::SAMPLES)]
     pub samples: usize,
-    /// Device warm-up per case, in milliseconds.
-    #[arg(long, default_value_t = 20.0)]
+    /// Device warm-up per case, in milliseconds, 0..=10000.
+    #[arg(long, default_value_t = 20.0, value_parser = ranges::WARMUP_MS)]
     pub warmup_ms: f64,
     /// CUDA-graph replay: auto (kernels under 50 us), always, never.
     #[arg(long, value_enum, default_value_t = GraphMode::Auto)]
     pub graph: GraphMode,
-    /// The input sets of a case add up to at least this many L2 caches.
-    #[arg(long, default_value_t = 4.0)]
+    /// The input sets of a case add up to at least this many L2 caches, 0..=64.
+    #[arg(long, default_value_t = 4.0, value_parser = ranges::L2_MULTIPLE)]
     pub l2_multiple: f64,
     /// Write the results file (bench/results/<date>-<name>.json format) here.
     #[arg(long)]
@@ -52,10 +55,11 @@ pub struct BenchArgs {
     /// Draw percent of floor per kernel and batch (one panel per shape) into this PNG.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// The window T the plot shows (default: 4 when run, else the first window).
-    #[arg(long)]
+    /// The window T the plot shows, 2..=16 (default: 4 when run, else the first window).
+    #[arg(long, value_parser = ranges::WINDOW)]
     pub plot_window: Option<usize>,
-    #[arg(long, default_value_t = 0x5eed)]
+    /// Any seed, 0..=18446744073709551615.
+    #[arg(long, default_value_t = 0x5eed, value_parser = ranges::SEED)]
     pub seed: u64,
     /// Run every implementation of V, F, P and D (the other kernels are left out) and write the
     /// tuning table (`replayssm::tuning`'s format) to --tune-out: per case the fastest on a GPU;
@@ -157,25 +161,26 @@ fn check_writable(flag: &str, path: &Path) -> Result<(), String> {
     }
 }
 
-/// `replayssm bench`.
-pub fn main(args: &BenchArgs) -> ExitCode {
+/// `replayssm bench`; `Err` when stdout could not be written (the files are written first:
+/// a long run's results are not lost to `| head`).
+pub fn main(args: &BenchArgs) -> output::Result<ExitCode> {
     let o = match args.options() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("bench: {e}");
-            return ExitCode::from(2);
+            errln!("bench: {e}");
+            return Ok(ExitCode::from(2));
         }
     };
     for (flag, path) in [("--json", &args.json), ("--plot", &args.plot)] {
         if let Some(path) = path {
             if let Err(e) = check_writable(flag, path) {
-                eprintln!("bench: {e}");
-                return ExitCode::from(2);
+                errln!("bench: {e}");
+                return Ok(ExitCode::from(2));
             }
         }
     }
     if o.backend != Backend::Cuda {
-        eprintln!(
+        errln!(
             "bench: timing skipped: backend {} (CUDA: {}); every case runs once on the CPU and is \
              checked, nothing is timed",
             o.backend,
@@ -209,25 +214,28 @@ pub fn main(args: &BenchArgs) -> ExitCode {
                     b.finish();
                 }
             }
-            None => eprintln!("{}", progress_line(done, total, r)),
+            None => errln!("{}", progress_line(done, total, r)),
         }
     };
     let report = match run(&o, &mut progress) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("bench: {e}");
-            return ExitCode::FAILURE;
+            errln!("bench: {e}");
+            return Ok(ExitCode::FAILURE);
         }
     };
-    if let Some(bw) = report.copy_bandwidth {
-        println!("device-to-device copy bandwidth: {:.3} TB/s (read + write)", bw / 1e12);
-    }
-    print!("{}", report.table());
-    if report.copy_bandwidth.is_some() {
-        for t in report.targets() {
-            println!("{t}");
+    let printed = (|| {
+        if let Some(bw) = report.copy_bandwidth {
+            outln!("device-to-device copy bandwidth: {:.3} TB/s (read + write)", bw / 1e12)?;
         }
-    }
+        out!("{}", report.table())?;
+        if report.copy_bandwidth.is_some() {
+            for t in report.targets() {
+                outln!("{t}")?;
+            }
+        }
+        output::flush()
+    })();
     if let Some(path) = &args.json {
         let (date, _) = utc_now();
         let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -254,46 +262,49 @@ pub fn main(args: &BenchArgs) -> ExitCode {
         let j = report.to_json(&command, &commit, &date, clocks.as_deref());
         let text = serde_json::to_string_pretty(&j).unwrap_or_default();
         if let Err(e) = std::fs::write(path, text + "\n") {
-            eprintln!("bench: writing {}: {e}", path.display());
-            return ExitCode::FAILURE;
+            errln!("bench: writing {}: {e}", path.display());
+            printed?;
+            return Ok(ExitCode::FAILURE);
         }
-        eprintln!("bench: results written to {}", path.display());
+        errln!("bench: results written to {}", path.display());
     }
     if let Some(path) = &args.plot {
         let t = args
             .plot_window
             .unwrap_or(if o.windows.contains(&4) { 4 } else { o.windows[0] });
         if let Err(e) = super::plot::write(&report, t, path) {
-            eprintln!("bench: {e}");
-            return ExitCode::FAILURE;
+            errln!("bench: {e}");
+            printed?;
+            return Ok(ExitCode::FAILURE);
         }
-        eprintln!("bench: plot written to {}", path.display());
+        errln!("bench: plot written to {}", path.display());
     }
+    printed?;
     if failed > 0 {
-        eprintln!("bench: {failed} case(s) failed");
-        return ExitCode::FAILURE;
+        errln!("bench: {failed} case(s) failed");
+        return Ok(ExitCode::FAILURE);
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-/// `replayssm bench --tune`.
-fn tune_main(o: &super::BenchOptions, out: &Path) -> ExitCode {
+/// `replayssm bench --tune`; `Err` when stdout could not be written (after the table file).
+fn tune_main(o: &super::BenchOptions, out: &Path) -> output::Result<ExitCode> {
     if let Err(e) = check_writable("--tune-out", out) {
-        eprintln!("bench: {e}");
-        return ExitCode::from(2);
+        errln!("bench: {e}");
+        return Ok(ExitCode::from(2));
     }
     let mut failed = 0usize;
     let mut progress = |done: usize, total: usize, r: &super::tune::TuneResult| {
         if matches!(r.result.outcome, Outcome::Failed(_)) {
             failed += 1;
         }
-        eprintln!("[{done:>4}/{total}] {}", super::tune::line(r));
+        errln!("[{done:>4}/{total}] {}", super::tune::line(r));
     };
     let report = match super::tune_run(o, &mut progress) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("bench: {e}");
-            return ExitCode::FAILURE;
+            errln!("bench: {e}");
+            return Ok(ExitCode::FAILURE);
         }
     };
     let ran = report
@@ -301,37 +312,42 @@ fn tune_main(o: &super::BenchOptions, out: &Path) -> ExitCode {
         .iter()
         .filter(|r| matches!(r.result.outcome, Outcome::Ran | Outcome::Timed { .. }))
         .count();
-    println!(
-        "tune: {ran} of {} variant runs completed, {} table entries ({})",
-        report.results.len(),
-        report.table.entries.len(),
-        report.table.source
-    );
-    for e in &report.table.entries {
-        println!(
-            "  {} {} K={} HV={} T<={} B<={}: {} ({:.2} us; default {})",
-            e.kernel,
-            e.variant,
-            e.k,
-            e.hv,
-            e.t,
-            e.b,
-            e.choice,
-            e.median_us.unwrap_or(f64::NAN),
-            e.default_us.map_or("-".to_string(), |u| format!("{u:.2} us"))
-        );
-    }
+    let printed = (|| {
+        outln!(
+            "tune: {ran} of {} variant runs completed, {} table entries ({})",
+            report.results.len(),
+            report.table.entries.len(),
+            report.table.source
+        )?;
+        for e in &report.table.entries {
+            outln!(
+                "  {} {} K={} HV={} T<={} B<={}: {} ({:.2} us; default {})",
+                e.kernel,
+                e.variant,
+                e.k,
+                e.hv,
+                e.t,
+                e.b,
+                e.choice,
+                e.median_us.unwrap_or(f64::NAN),
+                e.default_us.map_or("-".to_string(), |u| format!("{u:.2} us"))
+            )?;
+        }
+        output::flush()
+    })();
     let text = serde_json::to_string_pretty(&report.table).unwrap_or_default();
     if let Err(e) = std::fs::write(out, text + "\n") {
-        eprintln!("bench: writing {}: {e}", out.display());
-        return ExitCode::FAILURE;
+        errln!("bench: writing {}: {e}", out.display());
+        printed?;
+        return Ok(ExitCode::FAILURE);
     }
-    eprintln!("bench: tuning table written to {}", out.display());
+    errln!("bench: tuning table written to {}", out.display());
+    printed?;
     if failed > 0 {
-        eprintln!("bench: {failed} variant run(s) failed");
-        return ExitCode::FAILURE;
+        errln!("bench: {failed} variant run(s) failed");
+        return Ok(ExitCode::FAILURE);
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

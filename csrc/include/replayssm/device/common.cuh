@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "replayssm/device/compat.cuh"
+#include "replayssm/replayssm.h"  // the RSSM_DEVERR_* bits
 
 namespace rssm {
 
@@ -104,25 +105,31 @@ __device__ __forceinline__ void report_device_error(uint32_t *error_word, uint32
   if (error_word) atomicOr(reinterpret_cast<unsigned *>(error_word), bit);
 }
 
-// Tokens that no request covers, [0, cu_seqlens[0]) and [cu_seqlens[batch], num_tokens), would
-// keep whatever their outputs held: the first and the last request flag them BAD_SEQLENS and
-// zero columns [col0, col0 + ncols) of them (threads tid, tid + nthreads, ...), so no output of a
-// launch is left unwritten. The host refuses such a cu_seqlens where it can read it.
+// cu_seqlens must cover every token: start at 0 and end at num_tokens. When it does not, the
+// first (or last) request is skipped as a BAD_SEQLENS one, and its blocks zero columns
+// [col0, col0 + ncols) of its tokens and of the uncovered ones (threads tid, tid + nthreads, ...),
+// so no output of the launch is left unwritten. Called where the request is skipped (an early
+// exit, so none of it is live in the kernel's main path). The host refuses such a cu_seqlens
+// where it can read it.
+__device__ __forceinline__ bool seqlens_uncovered(const int32_t *cu, int batch, int num_tokens, int req) {
+  return (req == 0 && cu[0] != 0) || (req == batch - 1 && cu[batch] != num_tokens);
+}
+
 template <class Act>
 __device__ __forceinline__ void zero_uncovered_tokens(const int32_t *cu, int batch, int num_tokens, int req, void *out,
                                                       int64_t o_stride, int64_t col0, int ncols, int tid,
-                                                      int nthreads, bool reporter, uint32_t *error_word) {
-  if (req != 0 && req != batch - 1) return;
-  const int c0 = cu[0], cb = cu[batch];
-  const int head = req == 0 ? (c0 < 0 ? 0 : c0 < num_tokens ? c0 : num_tokens) : 0;
-  const int tail = req == batch - 1 ? (cb > num_tokens ? num_tokens : cb < 0 ? 0 : cb) : num_tokens;
-  if (head == 0 && tail == num_tokens) return;
-  if (reporter) report_device_error(error_word, RSSM_DEVERR_BAD_SEQLENS);
-  Act *o = static_cast<Act *>(out);
-  const int64_t n_head = int64_t(head) * ncols, n_tail = int64_t(num_tokens - tail) * ncols;
-  for (int64_t i = tid; i < n_head + n_tail; i += nthreads) {
-    const int64_t tok = i < n_head ? i / ncols : tail + (i - n_head) / ncols;
-    o[tok * o_stride + col0 + i % ncols] = from_float<Act>(0.0f);
+                                                      int nthreads) {
+  const auto clamp = [num_tokens](int x) { return x < 0 ? 0 : x > num_tokens ? num_tokens : x; };
+  // [0, head) for the first request, [tail, num_tokens) for the last; nothing where covered.
+  int head = 0, tail = num_tokens;
+  if (req == 0 && cu[0] != 0) head = clamp(cu[0]) > clamp(cu[1]) ? clamp(cu[0]) : clamp(cu[1]);
+  if (req == batch - 1 && cu[batch] != num_tokens)
+    tail = clamp(cu[batch - 1]) < clamp(cu[batch]) ? clamp(cu[batch - 1]) : clamp(cu[batch]);
+  Act *o = static_cast<Act *>(out) + col0;
+  for (int tok = head > 0 ? 0 : tail; tok < num_tokens; ++tok) {
+    if (tok == head && tail > head) tok = tail;  // past the tokens other requests cover
+    if (tok >= num_tokens) break;
+    for (int c = tid; c < ncols; c += nthreads) o[int64_t(tok) * o_stride + c] = from_float<Act>(0.0f);
   }
 }
 

@@ -21,12 +21,13 @@ __global__ void __launch_bounds__(RowTiling::kThreads) recurrent_kernel(const rs
   const int kc = lane * EPL;  // this lane's first key channel
 
   // Device-side indices are checked here, not trusted: under graph replay the host never saw them.
-  zero_uncovered_tokens<Act>(p.cu_seqlens, p.batch, p.num_tokens, req, p.o, p.o_stride, int64_t(hv) * p.V + row0,
-                             p.V - row0 < ROWS ? p.V - row0 : ROWS, lane, kWarpSize, row0 == 0 && lane == 0,
-                             p.error_word);
   const int bos = p.cu_seqlens[req], eos = p.cu_seqlens[req + 1];
-  if (bos < 0 || eos < bos || eos > p.num_tokens || eos - bos > p.max_seqlen) {
+  const bool uncovered = seqlens_uncovered(p.cu_seqlens, p.batch, p.num_tokens, req);
+  if (bos < 0 || eos < bos || eos > p.num_tokens || eos - bos > p.max_seqlen || uncovered) {
     if (row0 == 0 && lane == 0) report_device_error(p.error_word, RSSM_DEVERR_BAD_SEQLENS);
+    if (uncovered)
+      zero_uncovered_tokens<Act>(p.cu_seqlens, p.batch, p.num_tokens, req, p.o, p.o_stride,
+                                 int64_t(hv) * p.V + row0, p.V - row0 < ROWS ? p.V - row0 : ROWS, lane, kWarpSize);
     return;
   }
   const int slot = p.slots[req];

@@ -45,7 +45,8 @@ struct VerifyRequest {
 // Every lane of every warp calls it (the duplicate scan is a warp collective).
 __device__ __forceinline__ bool verify_request(const rssm_verify_params &p, int req, bool reporter, VerifyRequest &r) {
   const int bos = p.cu_seqlens[req], eos = p.cu_seqlens[req + 1], slot = p.slots[req];
-  if (bos < 0 || eos < bos || eos > p.num_tokens || eos - bos > p.max_seqlen || p.max_seqlen > RSSM_MAX_VERIFY_WINDOW) {
+  if (bos < 0 || eos < bos || eos > p.num_tokens || eos - bos > p.max_seqlen || p.max_seqlen > RSSM_MAX_VERIFY_WINDOW ||
+      seqlens_uncovered(p.cu_seqlens, p.batch, p.num_tokens, req)) {
     if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_SEQLENS);
     return false;
   }
@@ -200,12 +201,14 @@ __device__ __forceinline__ void verify_zero_outputs(const rssm_verify_params &p,
   }
 }
 
-// zero_uncovered_tokens for rows row_begin..row_end of value head hv. Whole block.
+// A request verify_request refused: when cu_seqlens leaves tokens uncovered, zero_uncovered_tokens
+// for rows row_begin..row_end of value head hv. Whole block.
 template <class Act>
-__device__ __forceinline__ void verify_uncovered_tokens(const rssm_verify_params &p, int req, int hv, int row_begin,
-                                                        int row_end, bool reporter) {
-  zero_uncovered_tokens<Act>(p.cu_seqlens, p.batch, p.num_tokens, req, p.o, p.o_stride, int64_t(hv) * p.V + row_begin,
-                             row_end - row_begin, threadIdx.x, blockDim.x, reporter, p.error_word);
+__device__ __forceinline__ void verify_skipped_request(const rssm_verify_params &p, int req, int hv, int row_begin,
+                                                       int row_end) {
+  if (seqlens_uncovered(p.cu_seqlens, p.batch, p.num_tokens, req))
+    zero_uncovered_tokens<Act>(p.cu_seqlens, p.batch, p.num_tokens, req, p.o, p.o_stride,
+                               int64_t(hv) * p.V + row_begin, row_end - row_begin, threadIdx.x, blockDim.x);
 }
 
 // Phase 4 of DEFAULT (and of VF), per warp: the outputs of the window from this warp's state rows
@@ -295,9 +298,11 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
 
   const int begin = blockIdx.x * RowTiling::kRowsPerBlock;
   const int end = begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V;
-  verify_uncovered_tokens<Act>(p, req, hv, begin, end, reporter);
   VerifyRequest rq;
-  if (!verify_request(p, req, reporter, rq)) return;
+  if (!verify_request(p, req, reporter, rq)) {
+    verify_skipped_request<Act>(p, req, hv, begin, end);
+    return;
+  }
   RSSM_DYNAMIC_SMEM(float, smem);
   const WindowSmem w = window_smem(smem, T, K, KDA);
   const bool tree_ok = rq.live && verify_tree_ok(p, rq, w, reporter);

@@ -41,14 +41,13 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(con
   const int W = p.window / 2;
   const bool reporter = tile == 0 && threadIdx.x == 0;
 
-  {
-    const int begin = tile * RowTiling::kRowsPerBlock;
-    verify_uncovered_tokens<Act>(p, req, hv, begin,
-                                 begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V,
-                                 reporter);
-  }
   VerifyRequest rq;
-  if (!verify_request(p, req, reporter, rq)) return;
+  if (!verify_request(p, req, reporter, rq)) {
+    const int begin = tile * RowTiling::kRowsPerBlock;
+    verify_skipped_request<Act>(p, req, hv, begin,
+                                begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V);
+    return;
+  }
   // The slot's pending records (uniform over the block: every thread reads the same entry).
   int n = 0, half = 0;
   const int32_t *path = nullptr;

@@ -52,9 +52,11 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : 5) verify_
   const int T = p.max_seqlen;
   const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
 
-  verify_uncovered_tokens<Act>(p, req, hv, rb0, rb0 + rows, reporter);
   VerifyRequest rq;
-  if (!verify_request(p, req, reporter, rq)) return;
+  if (!verify_request(p, req, reporter, rq)) {
+    verify_skipped_request<Act>(p, req, hv, rb0, rb0 + rows);
+    return;
+  }
   RSSM_DYNAMIC_SMEM(float, smem);
   const WindowSmem w = window_smem(smem, T, K, KDA);
   float *eG = smem + verify_smem_floats(T, K, KDA);  // [T]
