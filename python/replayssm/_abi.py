@@ -244,6 +244,9 @@ def load():
     for path in _candidates():
         tried.append(str(path))
         if path.is_file():
+            # Absolute: a bare name ("libreplayssm.so") checked here against the working directory
+            # would make dlopen search the system's library path instead, maybe another library.
+            path = path.resolve()
             lib = ctypes.CDLL(str(path))
             break
     else:

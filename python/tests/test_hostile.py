@@ -957,3 +957,18 @@ def test_a_seeded_campaign_of_arguments_sharing_memory(rng):
         for k in written:
             assert np.array_equal(arrs[k].view(np.uint8), got[k].view(np.uint8)), "%s: %s differs" % (entry, k)
     assert n > 100, n
+
+
+def test_a_bare_file_name_in_replayssm_lib_loads_that_file(tmp_path):
+    # REPLAYSSM_LIB=libreplayssm.so was checked in the working directory but handed to dlopen as
+    # a bare name, which searches the system's library path (another library, or none) instead.
+    import os
+    import shutil
+    src = rs._abi.load()[1]
+    shutil.copy(src, tmp_path / "libreplayssm.so")
+    env = dict(os.environ, REPLAYSSM_LIB="libreplayssm.so")
+    code = "import replayssm._abi as a; print(a.load()[1])"
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str((tmp_path / "libreplayssm.so").resolve()), r.stdout
