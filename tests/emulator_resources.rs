@@ -8,10 +8,9 @@
 //! parent asserts the child exited by itself (never killed by a signal) and reads what it printed.
 mod common;
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::child::{self, set_address_space_limit, vm, Outcome};
 use replayssm::backend::Backend;
 use replayssm::emulator as emu;
 use replayssm::{DType, HeadDims, Variant};
@@ -23,141 +22,23 @@ const THREADS: &str = "REPLAYSSM_EMU_THREADS";
 const SEED: &str = "REPLAYSSM_EMU_SEED";
 const MIB: u64 = 1 << 20;
 
-/// What a child did: its exit code (`None`: killed by a signal) and its output.
-struct Outcome {
-    code: Option<i32>,
-    signal: Option<i32>,
-    timed_out: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Outcome {
-    fn text(&self) -> String {
-        format!(
-            "exit code {:?}, signal {:?}{}\n--- stdout\n{}\n--- stderr\n{}",
-            self.code,
-            self.signal,
-            if self.timed_out { " (timed out, killed)" } else { "" },
-            self.stdout,
-            self.stderr
-        )
-    }
-
-    /// Exited normally with status 0 (the child's assertions passed): not a signal, not a hang.
-    fn assert_clean(&self, what: &str) {
-        assert!(
-            !self.timed_out && self.signal.is_none() && self.code == Some(0),
-            "{what}: the child did not exit cleanly: {}",
-            self.text()
-        );
-    }
-
-    /// The line the child printed after `RESULT `.
-    fn result(&self) -> &str {
-        self.stdout
-            .lines()
-            .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
-            .unwrap_or("<no RESULT line>")
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn limit_address_space(cmd: &mut Command, bytes: u64) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: setrlimit is async-signal-safe and only touches this (forked) process.
-    unsafe {
-        cmd.pre_exec(move || {
-            if set_address_space_limit(bytes) {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn limit_address_space(_: &mut Command, _: u64) {}
-
-#[cfg(target_os = "linux")]
-fn set_address_space_limit(bytes: u64) -> bool {
-    extern "C" {
-        fn setrlimit(resource: i32, rlim: *const [u64; 2]) -> i32;
-    }
-    const RLIMIT_AS: i32 = 9;
-    let lim = [bytes, bytes];
-    // SAFETY: two u64s as struct rlimit; affects only this process.
-    unsafe { setrlimit(RLIMIT_AS, &lim) == 0 }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn set_address_space_limit(_: u64) -> bool {
-    true
-}
-
-/// `VmSize` or `VmPeak` of this process from /proc/self/status, in bytes.
-fn vm(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+/// The line the child printed after `RESULT `.
+fn result(out: &Outcome) -> &str {
+    out.line_after("RESULT ").unwrap_or("<no RESULT line>")
 }
 
 /// Runs the child case `case` with `env` set (a `None` value removes the variable), under an
 /// address-space limit of `limit` bytes when given, killed after 120 s.
 fn child(case: &str, env: &[(&str, Option<&str>)], limit: Option<u64>) -> Outcome {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_runs_one_case", "--nocapture", "--test-threads=1"])
-        .env(CHILD, case)
-        .env_remove(THREADS)
-        .env_remove(SEED);
+    let mut cmd = child::this_test("child_runs_one_case");
+    cmd.env(CHILD, case).env_remove(THREADS).env_remove(SEED);
     for (k, v) in env {
         match v {
             Some(v) => cmd.env(k, v),
             None => cmd.env_remove(k),
         };
     }
-    if let Some(bytes) = limit {
-        limit_address_space(&mut cmd, bytes);
-    }
-    let mut proc = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = proc.stdout.take().unwrap();
-    let mut err = proc.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        out.read_to_end(&mut s).ok();
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        err.read_to_end(&mut s).ok();
-        s
-    });
-    let start = Instant::now();
-    let (status, timed_out) = loop {
-        if let Some(s) = proc.try_wait().unwrap() {
-            break (s, false);
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            proc.kill().ok();
-            break (proc.wait().unwrap(), true);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    use std::os::unix::process::ExitStatusExt;
-    Outcome {
-        code: status.code(),
-        signal: status.signal(),
-        timed_out,
-        stdout: String::from_utf8_lossy(&t_out.join().unwrap()).into_owned(),
-        stderr: String::from_utf8_lossy(&t_err.join().unwrap()).into_owned(),
-    }
+    child::run(cmd, limit, Duration::from_secs(120))
 }
 
 /// A small kernel-R workload of 512 blocks (4 row blocks x 8 value heads x 16 requests), so
@@ -247,7 +128,7 @@ fn a_kernel_call_under_3_gb_runs_or_refuses_by_name_for_every_thread_setting() {
         let what = format!("{THREADS}={threads:?} under ulimit -v 3000000");
         let out = child("recurrent", &[(THREADS, threads)], Some(THREE_GB));
         out.assert_clean(&what);
-        let r = out.result();
+        let r = result(&out);
         match threads {
             Some("-1") => assert!(
                 r.starts_with("error")
@@ -265,7 +146,7 @@ fn a_kernel_call_under_3_gb_runs_or_refuses_by_name_for_every_thread_setting() {
 fn no_memory_for_fiber_stacks_is_an_error_status_not_an_abort() {
     let out = child("starved", &[(THREADS, Some("4"))], None);
     out.assert_clean("1024-thread blocks with 64 MiB of address space left");
-    let r = out.result();
+    let r = result(&out);
     assert!(
         r.starts_with("error RSSM_ERR_EMULATOR") && r.contains("fiber stack"),
         "expected an emulator error about fiber stacks, got {r:?}"
@@ -276,14 +157,14 @@ fn no_memory_for_fiber_stacks_is_an_error_status_not_an_abort() {
 fn short_of_memory_the_launch_runs_on_the_workers_it_could_start() {
     let out = child("degrade", &[(THREADS, Some("64"))], None);
     out.assert_clean("256 blocks of 1024 threads, 64 threads, 384 MiB of address space left");
-    assert_eq!(out.result(), "ok", "{}", out.text());
+    assert_eq!(result(&out), "ok", "{}", out.text());
 }
 
 #[test]
 fn the_emulators_address_space_is_bounded() {
     let out = child("peak", &[(THREADS, Some("64"))], None);
     out.assert_clean("1024 blocks of 1024 threads on 64 threads");
-    assert_eq!(out.result(), "ok", "{}", out.text());
+    assert_eq!(result(&out), "ok", "{}", out.text());
     let growth: u64 = out
         .stdout
         .lines()
@@ -331,7 +212,7 @@ fn emulator_environment_values_parse_strictly() {
     for &(var, value, accepted) in cases {
         let out = child("launch", &[(var, Some(value))], None);
         out.assert_clean(&format!("{var}={value:?}"));
-        let r = out.result().to_string();
+        let r = result(&out).to_string();
         let ok = if accepted {
             r == "ok"
         } else {
@@ -353,13 +234,13 @@ fn a_refused_value_is_refused_on_every_launch_with_the_accepted_range() {
     let long = format!("7\u{1b}[31m{}", "9".repeat(300));
     let out = child("launch", &[(THREADS, Some(&long))], None);
     out.assert_clean("a long value with an escape sequence");
-    let r = out.result();
+    let r = result(&out);
     assert!(r.starts_with("error RSSM_ERR_EMULATOR"), "{r:?}");
     assert!(r.contains(THREADS) && r.contains("1..=64"), "{r:?}");
     assert!(!r.contains('\u{1b}'), "control characters must be escaped: {r:?}");
     assert!(r.len() < 400, "the value must be truncated: {} bytes", r.len());
     let out = child("launch", &[(SEED, Some("-5"))], None);
     out.assert_clean("a negative seed");
-    let r = out.result();
+    let r = result(&out);
     assert!(r.contains(SEED) && r.contains("\"-5\"") && r.contains("0..="), "{r:?}");
 }

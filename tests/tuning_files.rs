@@ -5,11 +5,12 @@
 //! The table is read once per process, so each case runs this test binary again as a child (the
 //! test `child_reports_its_choice`), under an address-space limit and a timeout: before the fix a
 //! FIFO blocked the first kernel call forever and /dev/zero grew a string until memory ran out.
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::child::{self, vm, Outcome};
 use replayssm::tuning::{self, Kernel, Key};
 
 const CHILD: &str = "REPLAYSSM_TUNING_FILES_TEST_CHILD";
@@ -42,102 +43,19 @@ fn child_reports_its_choice() {
     }
 }
 
-/// `VmPeak` (or another field) of this process from /proc/self/status, in bytes.
-fn vm(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
-struct Outcome {
-    code: Option<i32>,
-    timed_out: bool,
-    elapsed: Duration,
-    stdout: String,
-    stderr: String,
-}
-
-#[cfg(target_os = "linux")]
-fn limit_address_space(cmd: &mut Command, bytes: u64) {
-    use std::os::unix::process::CommandExt;
-    extern "C" {
-        fn setrlimit(resource: i32, rlim: *const [u64; 2]) -> i32;
-    }
-    const RLIMIT_AS: i32 = 9;
-    // SAFETY: setrlimit is async-signal-safe and only touches this (forked) process.
-    unsafe {
-        cmd.pre_exec(move || {
-            let lim = [bytes, bytes];
-            if setrlimit(RLIMIT_AS, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn limit_address_space(_: &mut Command, _: u64) {}
-
 /// Runs `child_reports_its_choice` with the table at `table`, under 1 GiB of address space,
 /// killed after `TIMEOUT`.
 fn child(table: &Path) -> Outcome {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_reports_its_choice", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .env(tuning::TABLE_ENV, table)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    limit_address_space(&mut cmd, 1 << 30);
-    let start = Instant::now();
-    let mut proc = cmd.spawn().unwrap();
-    let mut out = proc.stdout.take().unwrap();
-    let mut err = proc.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        out.read_to_end(&mut s).ok();
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        err.read_to_end(&mut s).ok();
-        s
-    });
-    let (status, timed_out) = loop {
-        if let Some(s) = proc.try_wait().unwrap() {
-            break (s, false);
-        }
-        if start.elapsed() > TIMEOUT {
-            proc.kill().ok();
-            break (proc.wait().unwrap(), true);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let elapsed = start.elapsed();
-    Outcome {
-        code: status.code(),
-        timed_out,
-        elapsed,
-        stdout: String::from_utf8_lossy(&t_out.join().unwrap()).into_owned(),
-        stderr: String::from_utf8_lossy(&t_err.join().unwrap()).into_owned(),
-    }
+    let mut cmd = child::this_test("child_reports_its_choice");
+    cmd.env(CHILD, "1").env(tuning::TABLE_ENV, table);
+    child::run(cmd, Some(1 << 30), TIMEOUT)
 }
 
 /// The child ran to the end, took the default and warned once, naming the variable, the path
 /// and `rule`, and reading the table raised its address space's peak by less than 16 MiB.
 fn assert_refused(table: &Path, rule: &str) {
     let out = child(table);
-    let text = format!(
-        "{}: exit {:?}{} after {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        table.display(),
-        out.code,
-        if out.timed_out { " (timed out, killed)" } else { "" },
-        out.elapsed,
-        out.stdout,
-        out.stderr
-    );
+    let text = format!("{}: {}", table.display(), out.text());
     assert!(!out.timed_out && out.code == Some(0), "{text}");
     assert!(out.stdout.contains("CHOICE default"), "{text}");
     let warnings: Vec<&str> = out.stderr.lines().filter(|l| l.contains("warning")).collect();
@@ -150,9 +68,7 @@ fn assert_refused(table: &Path, rule: &str) {
     );
     if cfg!(target_os = "linux") {
         let growth: u64 = out
-            .stdout
-            .lines()
-            .find_map(|l| l.split_once("GROWTH ").map(|(_, g)| g))
+            .line_after("GROWTH ")
             .and_then(|g| g.trim().parse().ok())
             .unwrap_or_else(|| panic!("no GROWTH line: {text}"));
         assert!(
