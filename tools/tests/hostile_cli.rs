@@ -612,6 +612,21 @@ fn assert_no_panic(what: &str, r: &Run) {
     }
 }
 
+/// The smallest bench run: one kernel, one shape, one batch, one window, on the emulator.
+const TINY_BENCH: &[&str] = &[
+    "bench",
+    "--backend",
+    "emulated",
+    "--shapes",
+    "tiny",
+    "--batches",
+    "1",
+    "--windows",
+    "2",
+    "--kernels",
+    "R-decode",
+];
+
 /// The documented exit code when stdout cannot be written (docs/input-contract.md §4).
 const EXIT_STDOUT_FAILED: i32 = 1;
 
@@ -626,19 +641,6 @@ fn stdout_that_cannot_be_written_is_a_clean_exit_1() {
     let made = tmp("stdout_made.safetensors");
     let case = case.to_str().unwrap();
     let made = made.to_str().unwrap();
-    let tiny_bench = [
-        "bench",
-        "--backend",
-        "emulated",
-        "--shapes",
-        "tiny",
-        "--batches",
-        "1",
-        "--windows",
-        "2",
-        "--kernels",
-        "R-decode",
-    ];
     let make_case = [
         "make-case",
         "--out",
@@ -662,7 +664,7 @@ fn stdout_that_cannot_be_written_is_a_clean_exit_1() {
         &make_case,
         &["demo", "--backend", "emulated", "--steps", "1"],
         &["demo", "--backend", "emulated", "--mode", "decode", "--steps", "1"],
-        &tiny_bench,
+        TINY_BENCH,
         &["--help"],
         &["--version"],
         &["floor", "--help"],
@@ -703,19 +705,6 @@ fn stdout_that_cannot_be_written_is_a_clean_exit_1() {
 #[cfg(target_os = "linux")]
 #[test]
 fn stderr_that_cannot_be_written_changes_no_exit_code() {
-    let tiny_bench: &[&str] = &[
-        "bench",
-        "--backend",
-        "emulated",
-        "--shapes",
-        "tiny",
-        "--batches",
-        "1",
-        "--windows",
-        "2",
-        "--kernels",
-        "R-decode",
-    ];
     let cases: &[(&[&str], i32)] = &[
         (&["floor", "--bandwidth", "0"], 2),
         (&["floor", "--no-such-flag"], 2),
@@ -744,7 +733,7 @@ fn stderr_that_cannot_be_written_changes_no_exit_code() {
             1,
         ),
         // "timing skipped" and the progress go to stderr; the table still reaches stdout.
-        (tiny_bench, 0),
+        (TINY_BENCH, 0),
     ];
     for (args, code) in cases {
         let mut c = bin();
