@@ -12,6 +12,7 @@ pub mod bench;
 pub mod case;
 pub mod demo;
 pub mod floor;
+pub mod model;
 pub mod occupancy;
 pub mod output;
 pub mod ranges;

@@ -36,6 +36,23 @@ struct Cli {
 enum Command {
     /// Print the build (nvcc, archs, backends), GPU usability and the per-kernel resource report.
     Info,
+    /// Predict percent of the bytes floor for every kernel implementation from this build's
+    /// compiled sm_90 code (the executable performance model; bench/README.md): K = V = 128, bf16,
+    /// GDN and KDA, B in {1, 64, 128}, T in {4, 8}, and the step ratios. Predictions, not
+    /// measurements.
+    Model {
+        /// Print how one implementation was counted instead of the table: its hot blocks with
+        /// their weights and every dependent round trip, e.g. `--explain F/default`.
+        #[arg(long, value_name = "CASE/IMPL")]
+        explain: Option<String>,
+        /// The point `--explain` counts at: shape, batch, window.
+        #[arg(long, default_value = "Qwen3.5-122B")]
+        shape: String,
+        #[arg(long, default_value_t = 128)]
+        batch: usize,
+        #[arg(long, default_value_t = 4)]
+        window: usize,
+    },
     /// Kernel R vs the f64 reference, then a simulated speculative-decoding run (ReplaySSM vs the
     /// recurrent baseline) on the best backend present (Cuda, else Emulated).
     Demo {
@@ -281,6 +298,12 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> output::Result<ExitCode> {
     match cli.command {
         Command::Info => info(),
+        Command::Model {
+            explain,
+            shape,
+            batch,
+            window,
+        } => model(explain.as_deref(), &shape, batch, window),
         Command::Demo {
             backend,
             seed,
@@ -302,6 +325,71 @@ fn run(cli: Cli) -> output::Result<ExitCode> {
                 Ok(ExitCode::FAILURE)
             }
         },
+    }
+}
+
+fn model(explain: Option<&str>, shape: &str, batch: usize, window: usize) -> output::Result<ExitCode> {
+    use replayssm_tools::floor::MODEL_SHAPES;
+    use replayssm_tools::model::{self, report, Point, Sources, H200, KERNELS};
+    let functions = match Sources::of_this_build().and_then(|s| s.functions()) {
+        Ok(f) => f,
+        Err(e) => {
+            errln!("model: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let Some(which) = explain else {
+        let grid = report::grid(&functions, &H200);
+        outln!("{}", report::render(&H200, &grid))?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    let names = |v: Vec<String>| v.join(", ");
+    let Some(s) = MODEL_SHAPES.iter().copied().find(|s| s.name == shape) else {
+        errln!(
+            "model: --shape {shape:?} is not one of {}",
+            names(MODEL_SHAPES.iter().map(|s| s.name.to_string()).collect())
+        );
+        return Ok(ExitCode::from(2));
+    };
+    let known = || {
+        names(
+            KERNELS
+                .iter()
+                .map(|k| format!("{}/{}", k.case, k.implementation))
+                .collect(),
+        )
+    };
+    let Some((case, imp)) = which.split_once('/') else {
+        errln!("model: --explain {which:?} is not CASE/IMPL; one of {}", known());
+        return Ok(ExitCode::from(2));
+    };
+    if !(1..=replayssm::spec::MAX_VERIFY_WINDOW).contains(&window) || !(1..=65_535).contains(&batch) {
+        errln!(
+            "model: --window {window} must be in 1..={} and --batch {batch} in 1..=65535",
+            replayssm::spec::MAX_VERIFY_WINDOW
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let p = Point {
+        shape: s,
+        act: replayssm::dtype::DType::BF16,
+        batch,
+        t: window,
+    };
+    match model::explain(&functions, &p, case, imp) {
+        Some(lines) => {
+            for l in lines {
+                outln!("{l}")?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            errln!(
+                "model: --explain {which:?}: no such implementation in this build; one of {}",
+                known()
+            );
+            Ok(ExitCode::from(2))
+        }
     }
 }
 

@@ -1,0 +1,336 @@
+//! What one block of a kernel executes, counted from its SASS: warp-instructions, shared-memory /
+//! shuffle (MIO) cycles, state bytes requested before the first wait on them, and dependent
+//! global round trips. Control flow is not simulated; the rules below weight each instruction
+//! by how often the block runs it, and are the model's assumptions (bench/README.md, "The model").
+
+use super::sass::{Cfg, Function, Instr};
+
+/// How a kernel's code repeats per block (from its design; the SASS says where the code is).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Repeats {
+    /// Times a loop that holds state arithmetic (FFMA) runs: the positions, records or tokens.
+    pub per_position_loop: f64,
+    /// Straight-line code after the first state load holds `unrolled` positions of which the
+    /// block runs `executed` (V default and VF unroll the window to its 16-position maximum).
+    pub unrolled: Option<(f64, f64)>,
+    /// The kernel streams its rows in passes: the loop with the most FFMA runs this many times
+    /// and holds `unrolled` positions (staged V), instead of `per_position_loop`.
+    pub passes: Option<f64>,
+}
+
+/// One block's counts, per warp (every warp of a row-tiled block runs the same code).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Counts {
+    /// Warp-instructions on the hot path, whole block lifetime.
+    pub instructions: f64,
+    /// The part of `instructions` from the first state load on (the state loop).
+    pub hot_instructions: f64,
+    /// MIO cycles (shared memory by width, shuffles) on the hot path.
+    pub mio_cycles: f64,
+    pub hot_mio_cycles: f64,
+    /// Dependent global round trips before the first state load is issued.
+    pub trips_before_state: f64,
+    /// Dependent global round trips over the block's lifetime.
+    pub trips: f64,
+    /// State bytes one warp has requested before it first waits on any of them.
+    pub state_bytes_in_flight: f64,
+    /// Instructions in the listing (all paths), for reference.
+    pub listing: usize,
+}
+
+/// MIO cycles of one warp-instruction: shared-memory accesses move 128 bytes per cycle (a 32-bit
+/// access of 32 lanes is one cycle, a 128-bit one four), a shuffle is one cycle.
+pub fn mio_cycles(ins: &Instr) -> f64 {
+    let op = ins.opcode.as_str();
+    if op.starts_with("LDS") || op.starts_with("STS") || op.starts_with("LDSM") || op.starts_with("ATOMS") {
+        (32.0 * f64::from(ins.access_bytes()) / 128.0).max(1.0)
+    } else if op.starts_with("SHFL") {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// Index of the first global load `state_width` bytes wide per lane (the state rows).
+fn first_state_load(instrs: &[Instr], state_width: u32) -> Option<usize> {
+    instrs
+        .iter()
+        .position(|i| i.is_global_load() && i.access_bytes() == state_width)
+}
+
+/// Index of the last global access of the state's width (the last state store or load).
+fn last_state_access(instrs: &[Instr], state_width: u32) -> Option<usize> {
+    instrs
+        .iter()
+        .rposition(|i| (i.is_global_load() || i.opcode.starts_with("STG")) && i.access_bytes() == state_width)
+}
+
+/// Blocks on some path entry -> first state load -> last state access: the path every live
+/// block takes. Paths that skip a request (zero its outputs and exit) are left out.
+fn hot_blocks(cfg: &Cfg, from: usize, to: usize) -> Vec<bool> {
+    let n = cfg.blocks.len();
+    let mut pred = vec![vec![]; n];
+    for (u, ss) in cfg.succ.iter().enumerate() {
+        for &v in ss {
+            pred[v].push(u);
+        }
+    }
+    let reach = |start: usize, edges: &Vec<Vec<usize>>| {
+        let mut seen = vec![false; n];
+        let mut work = vec![start];
+        seen[start] = true;
+        while let Some(u) = work.pop() {
+            for &v in &edges[u] {
+                if !seen[v] {
+                    seen[v] = true;
+                    work.push(v);
+                }
+            }
+        }
+        seen
+    };
+    let (from_entry, to_first) = (reach(0, &cfg.succ), reach(from, &pred));
+    let (from_first, to_last) = (reach(from, &cfg.succ), reach(to, &pred));
+    (0..n)
+        .map(|b| (from_entry[b] && to_first[b]) || (from_first[b] && to_last[b]))
+        .collect()
+}
+
+/// The prologue: the path from the entry to the first state load with the fewest dependent
+/// round trips (then the fewest instructions), loops taken once and skipped where the code can
+/// skip them. Its instructions, MIO cycles and round trips, and the blocks on it.
+///
+/// The compiler emits several versions of a scan (unrolled by 16, by 4, the remainder) of which a
+/// block runs some; counting every version once would charge the block for all of them. The
+/// shortest path is the small-batch case (a scan of at most one entry per lane); a longer scan
+/// costs about one more round trip per two entries a lane reads (the loads are issued in pairs).
+fn prologue(ins: &[Instr], cfg: &Cfg, first: usize) -> (f64, f64, f64, Vec<usize>) {
+    let n = cfg.blocks.len();
+    let target = cfg.blocks.partition_point(|&(s, _)| s <= first) - 1;
+    // Best (trips, instructions, mio, pending loads, path) reaching each block's start; blocks
+    // are in address order and nvcc's loops branch backwards, so forward edges form a DAG.
+    type State = (f64, f64, f64, Vec<u32>, Vec<usize>);
+    let mut best: Vec<Option<State>> = vec![None; n];
+    best[0] = Some((0.0, 0.0, 0.0, vec![], vec![]));
+    for b in 0..=target {
+        let Some((mut trips, mut count, mut mio, mut pending, mut path)) = best[b].clone() else {
+            continue;
+        };
+        path.push(b);
+        let (s, e) = cfg.blocks[b];
+        let end = if b == target { first } else { e };
+        for x in &ins[s..end] {
+            count += 1.0;
+            mio += mio_cycles(x);
+            let srcs = x.src_regs();
+            if pending.iter().any(|r| srcs.contains(r)) {
+                trips += 1.0;
+                pending.clear();
+            }
+            let dests = x.dest_regs();
+            pending.retain(|r| !dests.contains(r));
+            if x.is_global_load() {
+                pending.extend(dests);
+            }
+        }
+        if b == target {
+            return (trips, count, mio, path);
+        }
+        for &v in &cfg.succ[b] {
+            if v <= b || v > target {
+                continue;
+            }
+            let better = best[v].as_ref().is_none_or(|o| (trips, count) < (o.0, o.1));
+            if better {
+                best[v] = Some((trips, count, mio, pending.clone(), path.clone()));
+            }
+        }
+    }
+    (0.0, 0.0, 0.0, vec![])
+}
+
+/// Counts one block of `f`; `state_width` is the bytes per lane of one state access
+/// (16 at K >= 128, 8 at K = 64, 4 at K = 32).
+pub fn count(f: &Function, state_width: u32, repeats: Repeats) -> Option<Counts> {
+    count_traced(f, state_width, repeats, None)
+}
+
+/// [`count`], writing into `trace` every hot block with its weight and every round trip
+/// (`replayssm model --explain`).
+pub fn count_traced(
+    f: &Function,
+    state_width: u32,
+    repeats: Repeats,
+    mut trace: Option<&mut Vec<String>>,
+) -> Option<Counts> {
+    let ins = &f.instrs;
+    let cfg = Cfg::build(ins);
+    let block_of_instr = |i: usize| cfg.blocks.partition_point(|&(s, _)| s <= i) - 1;
+    let first = first_state_load(ins, state_width)?;
+    let last = last_state_access(ins, state_width)?;
+    let hot = hot_blocks(&cfg, block_of_instr(first), block_of_instr(last));
+    let ffma = |b: usize| {
+        let (s, e) = cfg.blocks[b];
+        ins[s..e].iter().filter(|i| i.opcode.starts_with("FFMA")).count()
+    };
+    let loop_ffma: Vec<usize> = cfg.loops.iter().map(|l| l.iter().map(|&b| ffma(b)).sum()).collect();
+    let pass_loop = repeats
+        .passes
+        .and_then(|_| (0..cfg.loops.len()).max_by_key(|&l| (loop_ffma[l], std::cmp::Reverse(l))));
+    let unrolled = repeats.unrolled.map_or(1.0, |(of, run)| run / of);
+    // Per-position code starts after the last state load (every row is requested first).
+    let rows_loaded = ins
+        .iter()
+        .rposition(|i| i.is_global_load() && i.access_bytes() == state_width)
+        .map_or(0, block_of_instr);
+
+    // Weight of each block: the product of its loops' repeats, and the unrolled fraction.
+    let weight: Vec<f64> = (0..cfg.blocks.len())
+        .map(|b| {
+            let mut w = 1.0;
+            let mut in_loop = false;
+            for l in cfg.loops_of(b) {
+                in_loop = true;
+                if Some(l) == pass_loop {
+                    w *= repeats.passes.unwrap_or(1.0) * unrolled;
+                } else if loop_ffma[l] >= 1 && pass_loop.is_none() {
+                    w *= repeats.per_position_loop;
+                }
+            }
+            if !in_loop && repeats.passes.is_none() && b > rows_loaded {
+                w *= unrolled;
+            }
+            w
+        })
+        .collect();
+
+    let (pro_trips, pro_instructions, pro_mio, pro_path) = prologue(ins, &cfg, first);
+    let mut c = Counts {
+        listing: ins.len(),
+        instructions: pro_instructions,
+        mio_cycles: pro_mio,
+        trips_before_state: pro_trips,
+        trips: pro_trips,
+        ..Counts::default()
+    };
+    if let Some(t) = trace.as_deref_mut() {
+        t.push(format!(
+            "prologue (entry to the first state load, fewest round trips): blocks {pro_path:?}, \
+             {pro_instructions} instructions, {pro_mio} MIO cycles, {pro_trips} round trips"
+        ));
+    }
+    // Registers whose global load has not been waited for yet, with the weight of the block that
+    // issued it: a wait inside a loop on a load issued before the loop happens once, not per trip.
+    let mut pending: Vec<(u32, f64)> = vec![];
+    let mut waited_after_state = false;
+    for (b, &(s, e)) in cfg.blocks.iter().enumerate() {
+        if !hot[b] {
+            continue;
+        }
+        let w = weight[b];
+        if let Some(t) = trace.as_deref_mut() {
+            t.push(format!(
+                "block {b} /*{:04x}*/..{} instructions, weight {w:.3}",
+                ins[s].addr,
+                e - s
+            ));
+        }
+        for (i, x) in ins.iter().enumerate().take(e).skip(s) {
+            // The prologue is counted on its own path above; here its loads are only tracked.
+            let after = i >= first;
+            if after {
+                c.instructions += w;
+                c.mio_cycles += w * mio_cycles(x);
+                c.hot_instructions += w;
+                c.hot_mio_cycles += w * mio_cycles(x);
+            }
+            let srcs = x.src_regs();
+            let waited = pending
+                .iter()
+                .filter(|(r, _)| srcs.contains(r))
+                .map(|&(_, issued)| issued)
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+            if let Some(issued) = waited {
+                // In-order issue: this warp stalls until the loads arrive (they were all issued
+                // before, so they arrive together: one round trip).
+                let n = if after { w.min(issued) } else { 0.0 };
+                c.trips += n;
+                if let (true, Some(t)) = (after, trace.as_deref_mut()) {
+                    t.push(format!(
+                        "  trip x{n:.3} at /*{:04x}*/ {} {}",
+                        x.addr, x.opcode, x.operands
+                    ));
+                }
+                if after {
+                    waited_after_state = true;
+                }
+                pending.clear();
+            }
+            let dests = x.dest_regs();
+            pending.retain(|(r, _)| !dests.contains(r));
+            if x.is_global_load() {
+                pending.extend(dests.iter().map(|&r| (r, w)));
+                if after && !waited_after_state && x.access_bytes() == state_width {
+                    c.state_bytes_in_flight += 32.0 * f64::from(state_width);
+                }
+            }
+        }
+    }
+    // A block that never waits on the state after loading it still waits at its end.
+    if !waited_after_state {
+        c.trips += 1.0;
+    }
+    Some(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sass::parse;
+    use super::*;
+
+    const LISTING: &str = "\
+\t\tFunction : _ZN4rssm11fold_kernelILi4E13__nv_bfloat16Lb0ELb1EEEv16rssm_fold_params
+        /*0000*/                   LDG.E R2, desc[UR4][R4.64] ;
+        /*0010*/                   LDG.E R3, desc[UR4][R2.64] ;
+        /*0020*/                   ISETP.GE.AND P0, PT, R3, 0x1, PT ;
+        /*0030*/               @P0 BRA 0x100 ;
+        /*0040*/                   LDG.E.128 R8, desc[UR4][R6.64] ;
+        /*0050*/                   LDG.E.128 R12, desc[UR4][R6.64+0x200] ;
+        /*0060*/                   FFMA R8, R8, R9, R10 ;
+        /*0070*/                   SHFL.BFLY PT, R3, R8, 0x1, 0x1f ;
+        /*0080*/                   LDS.128 R16, [R3] ;
+        /*0090*/               @P1 BRA 0x60 ;
+        /*00a0*/                   STG.E.128 desc[UR4][R6.64], R8 ;
+        /*00b0*/                   EXIT ;
+        /*0100*/                   STG.E desc[UR4][R6.64], RZ ;
+        /*0110*/                   EXIT ;
+";
+
+    #[test]
+    fn a_block_is_counted_on_its_hot_path_with_its_loop_repeats() {
+        let f = &parse(LISTING)[0];
+        let r = Repeats {
+            per_position_loop: 1.0,
+            unrolled: None,
+            passes: None,
+        };
+        let c = count(f, 16, r).expect("state accesses");
+        // The skip path at 0x100 is not counted: 12 instructions.
+        assert_eq!(c.instructions, 12.0);
+        // The loop (FFMA, SHFL, LDS.128, BRA) is 4 instructions; 4 more at 4 repeats.
+        let loop4 = Repeats {
+            per_position_loop: 4.0,
+            ..r
+        };
+        let c4 = count(f, 16, loop4).expect("state accesses");
+        assert_eq!(c4.instructions, 24.0);
+        // MIO: per repeat one shuffle + a 128-bit LDS (4 cycles).
+        assert_eq!(c4.mio_cycles, 20.0);
+        // The second load's address depends on the first (one trip), and the branch on the
+        // second (another): two trips before the state load; then the FFMA waits on the state.
+        assert_eq!(c.trips_before_state, 2.0);
+        assert_eq!(c.trips, 3.0);
+        // Two 16-byte loads per lane in flight before the first wait: 2 x 32 x 16 bytes.
+        assert_eq!(c.state_bytes_in_flight, 1024.0);
+    }
+}
