@@ -172,6 +172,20 @@ pub struct Entry {
     pub median_us: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_us: Option<f64>,
+    /// Whether a device run timed this choice or the executable model (`replayssm model
+    /// --write-table`) ranked it first; absent in tables older than the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<EntrySource>,
+}
+
+/// Where a table entry's choice comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntrySource {
+    /// Timed on a device (`replayssm bench --tune`).
+    Measured,
+    /// Ranked first by the executable model from the compiled code: a prediction.
+    Model,
 }
 
 /// A tuning table (`bench/autotune/*.json`).
@@ -347,21 +361,46 @@ impl Table {
 
     /// The entry covering `key`, if any.
     pub fn lookup(&self, key: &Key) -> Option<Choice> {
+        self.entry_of(key).map(|e| e.choice)
+    }
+
+    /// Sets the entry of `key`'s bucket (replacing one already there); a timed one is `measured`.
+    pub fn insert(&mut self, key: &Key, choice: Choice, median_us: Option<f64>, default_us: Option<f64>) {
+        let source = median_us.map(|_| EntrySource::Measured);
+        self.insert_from(key, choice, median_us, default_us, source);
+    }
+
+    /// Sets the entry of `key`'s bucket to the model's choice, unless a measured entry is there.
+    pub fn insert_modelled(&mut self, key: &Key, choice: Choice) {
+        if self
+            .entry_of(key)
+            .is_some_and(|e| e.source == Some(EntrySource::Measured))
+        {
+            return;
+        }
+        self.insert_from(key, choice, None, None, Some(EntrySource::Model));
+    }
+
+    /// The entry of `key`'s bucket.
+    pub fn entry_of(&self, key: &Key) -> Option<&Entry> {
         let variant = if key.kda { "kda" } else { "gdn" };
         let (t, b) = (
             bucket(key.window, window_buckets(key.kernel)),
             bucket(key.batch, &B_BUCKETS),
         );
-        self.entries
-            .iter()
-            .find(|e| {
-                e.kernel == key.kernel && e.variant == variant && e.k == key.k && e.hv == key.hv && e.t == t && e.b == b
-            })
-            .map(|e| e.choice)
+        self.entries.iter().find(|e| {
+            e.kernel == key.kernel && e.variant == variant && e.k == key.k && e.hv == key.hv && e.t == t && e.b == b
+        })
     }
 
-    /// Sets the entry of `key`'s bucket (replacing one already there).
-    pub fn insert(&mut self, key: &Key, choice: Choice, median_us: Option<f64>, default_us: Option<f64>) {
+    fn insert_from(
+        &mut self,
+        key: &Key,
+        choice: Choice,
+        median_us: Option<f64>,
+        default_us: Option<f64>,
+        source: Option<EntrySource>,
+    ) {
         let entry = Entry {
             kernel: key.kernel,
             variant: if key.kda { "kda" } else { "gdn" }.to_string(),
@@ -372,6 +411,7 @@ impl Table {
             choice,
             median_us,
             default_us,
+            source,
         };
         match self.entries.iter_mut().find(|e| {
             (e.kernel, &e.variant, e.k, e.hv, e.t, e.b)
@@ -546,15 +586,42 @@ mod tests {
         }
     }
 
+    /// A table without entries (the shipped one carries the model's).
+    fn empty() -> Table {
+        let mut t = Table::parse(SHIPPED_TABLE, "shipped").unwrap();
+        t.entries.clear();
+        t
+    }
+
     #[test]
-    fn the_shipped_table_parses() {
+    fn the_shipped_table_parses_and_says_where_each_entry_comes_from() {
         let t = Table::parse(SHIPPED_TABLE, "shipped").unwrap();
         assert_eq!(t.format, TABLE_FORMAT);
+        assert!(
+            t.entries.iter().all(|e| e.source.is_some()),
+            "an entry without its source"
+        );
+    }
+
+    #[test]
+    fn a_modelled_entry_never_replaces_a_measured_one() {
+        let mut t = empty();
+        let staged = Choice {
+            imp: Impl::Staged,
+            block_rows: 0,
+        };
+        t.insert_modelled(&key(), staged);
+        assert_eq!(t.entry_of(&key()).unwrap().source, Some(EntrySource::Model));
+        t.insert(&key(), Choice::DEFAULT, Some(1.0), Some(1.0));
+        assert_eq!(t.entry_of(&key()).unwrap().source, Some(EntrySource::Measured));
+        t.insert_modelled(&key(), staged);
+        assert_eq!(t.lookup(&key()), Some(Choice::DEFAULT));
+        assert_eq!(t.entries.len(), 1);
     }
 
     #[test]
     fn lookup_uses_buckets_and_falls_back() {
-        let mut t = Table::parse(SHIPPED_TABLE, "shipped").unwrap();
+        let mut t = empty();
         let staged = Choice {
             imp: Impl::Staged,
             block_rows: 32,
@@ -590,7 +657,7 @@ mod tests {
 
     #[test]
     fn decode_is_bucketed_by_its_cache_length() {
-        let mut t = Table::parse(SHIPPED_TABLE, "shipped").unwrap();
+        let mut t = empty();
         let d = Key {
             kernel: Kernel::D,
             window: 100,
@@ -716,25 +783,27 @@ mod tests {
 
     #[test]
     fn force_pins_a_choice_on_this_thread_only() {
+        // A shape the shipped table has no entry for (no model shape has 7 value heads).
+        let unmodelled = || Key { hv: 7, ..key() };
         let staged = Choice {
             imp: Impl::Staged,
             block_rows: 16,
         };
-        assert_eq!(choose(&key()), Choice::DEFAULT);
+        assert_eq!(choose(&unmodelled()), Choice::DEFAULT);
         {
             let _g = force(Kernel::V, staged);
-            assert_eq!(choose(&key()), staged);
+            assert_eq!(choose(&unmodelled()), staged);
             assert_eq!(
                 choose(&Key {
                     kernel: Kernel::F,
-                    ..key()
+                    ..unmodelled()
                 }),
                 Choice::DEFAULT
             );
-            std::thread::spawn(|| assert_eq!(choose(&key()), Choice::DEFAULT))
+            std::thread::spawn(move || assert_eq!(choose(&unmodelled()), Choice::DEFAULT))
                 .join()
                 .unwrap();
         }
-        assert_eq!(choose(&key()), Choice::DEFAULT);
+        assert_eq!(choose(&unmodelled()), Choice::DEFAULT);
     }
 }

@@ -45,6 +45,10 @@ enum Command {
         /// their weights and every dependent round trip, e.g. `--explain F/default`.
         #[arg(long, value_name = "CASE/IMPL")]
         explain: Option<String>,
+        /// Write the model's choices into this tuning table (created if missing; its measured
+        /// entries are kept), e.g. bench/autotune/h200.json.
+        #[arg(long, value_name = "PATH", conflicts_with = "explain")]
+        write_table: Option<std::path::PathBuf>,
         /// The point `--explain` counts at: shape, batch, window.
         #[arg(long, default_value = "Qwen3.5-122B")]
         shape: String,
@@ -300,10 +304,14 @@ fn run(cli: Cli) -> output::Result<ExitCode> {
         Command::Info => info(),
         Command::Model {
             explain,
+            write_table,
             shape,
             batch,
             window,
-        } => model(explain.as_deref(), &shape, batch, window),
+        } => match write_table {
+            Some(path) => model_table(&path),
+            None => model(explain.as_deref(), &shape, batch, window),
+        },
         Command::Demo {
             backend,
             seed,
@@ -391,6 +399,76 @@ fn model(explain: Option<&str>, shape: &str, batch: usize, window: usize) -> out
             Ok(ExitCode::from(2))
         }
     }
+}
+
+/// `replayssm model --write-table PATH`: the model's choices merged into the table at PATH.
+fn model_table(path: &std::path::Path) -> output::Result<ExitCode> {
+    use replayssm::tuning::{read_table_file, Table, TABLE_FORMAT};
+    use replayssm_tools::model::{table, Sources, H200};
+    let functions = match Sources::of_this_build().and_then(|s| s.functions()) {
+        Ok(f) => f,
+        Err(e) => {
+            errln!("model: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let origin = path.display().to_string();
+    let mut t = if path.exists() {
+        match read_table_file(path, &origin).and_then(|text| Table::parse(&text, &origin)) {
+            Ok(t) => t,
+            Err(e) => {
+                errln!("model: --write-table: {e}");
+                return Ok(ExitCode::from(2));
+            }
+        }
+    } else {
+        Table {
+            format: TABLE_FORMAT.to_string(),
+            device: Some("NVIDIA H200".to_string()),
+            source: String::new(),
+            command: None,
+            date: None,
+            entries: vec![],
+            checked: vec![],
+        }
+    };
+    // The model's previous entries go: it writes them afresh from this build's code.
+    t.entries
+        .retain(|e| e.source != Some(replayssm::tuning::EntrySource::Model));
+    let set = table::write_modelled(&functions, &H200, &mut t);
+    t.source = format!(
+        "{} entries `measured` on a device, {} `model`: ranked first by the executable model (replayssm \
+         model --write-table, sm_90 SASS of this build against the H200; predictions, not measurements). A \
+         bucket without an entry runs the default.",
+        t.entries
+            .iter()
+            .filter(|e| e.source == Some(replayssm::tuning::EntrySource::Measured))
+            .count(),
+        t.entries
+            .iter()
+            .filter(|e| e.source == Some(replayssm::tuning::EntrySource::Model))
+            .count()
+    );
+    if !t
+        .entries
+        .iter()
+        .any(|e| e.source == Some(replayssm::tuning::EntrySource::Measured))
+    {
+        t.command = Some(format!("replayssm model --write-table {origin}"));
+    }
+    let text = match serde_json::to_string_pretty(&t) {
+        Ok(s) => s + "\n",
+        Err(e) => {
+            errln!("model: --write-table: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if let Err(e) = std::fs::write(path, text) {
+        errln!("model: --write-table: writing {origin}: {e}");
+        return Ok(ExitCode::FAILURE);
+    }
+    outln!("model: {set} modelled entries written to {origin}")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Most requests `make-case` writes (the launch limit on B).

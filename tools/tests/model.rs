@@ -169,3 +169,46 @@ fn the_check_fails_on_a_new_or_worse_loop_and_on_a_stale_entry() {
     let p = check(&grid, &stale);
     assert!(p.iter().any(|l| l.contains("R-window/- now fits")), "{p:?}");
 }
+
+/// The shipped tuning table's modelled entries are what the model ranks first in this build
+/// (`replayssm model --write-table bench/autotune/h200.json` rewrites them).
+#[test]
+fn the_shipped_tables_modelled_entries_are_this_builds_ranking() {
+    use replayssm::tuning::{EntrySource, Table, SHIPPED_TABLE};
+    use replayssm_tools::model::table::write_modelled;
+    let functions = match Sources::of_this_build().and_then(|s| s.functions()) {
+        Ok(f) => f,
+        Err(why) if std::env::var("REPLAYSSM_REQUIRE_SASS").as_deref() != Ok("1") => {
+            eprintln!("SKIPPED: the model cannot read this build's SASS: {why}");
+            return;
+        }
+        Err(why) => panic!("REPLAYSSM_REQUIRE_SASS=1 and the model cannot read this build's SASS: {why}"),
+    };
+    let shipped = Table::parse(SHIPPED_TABLE, "shipped").unwrap();
+    let mut fresh = shipped.clone();
+    fresh.entries.retain(|e| e.source != Some(EntrySource::Model));
+    write_modelled(&functions, &H200, &mut fresh);
+    let modelled = |t: &Table| {
+        let mut v: Vec<String> = t
+            .entries
+            .iter()
+            .filter(|e| e.source == Some(EntrySource::Model))
+            .map(|e| {
+                format!(
+                    "{} {} K{} HV{} T{} B{} {}",
+                    e.kernel, e.variant, e.k, e.hv, e.t, e.b, e.choice
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let (a, b) = (modelled(&shipped), modelled(&fresh));
+    let stale: Vec<_> = a.iter().filter(|x| !b.contains(x)).collect();
+    let missing: Vec<_> = b.iter().filter(|x| !a.contains(x)).collect();
+    assert!(
+        stale.is_empty() && missing.is_empty(),
+        "bench/autotune/h200.json is stale: run `replayssm model --write-table bench/autotune/h200.json`\n\
+         shipped but no longer ranked first: {stale:?}\nranked first but not shipped: {missing:?}"
+    );
+}

@@ -12,6 +12,7 @@
 pub mod count;
 pub mod report;
 pub mod sass;
+pub mod table;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
