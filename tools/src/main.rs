@@ -338,8 +338,8 @@ fn run(cli: Cli) -> output::Result<ExitCode> {
 
 fn model(explain: Option<&str>, shape: &str, batch: usize, window: usize) -> output::Result<ExitCode> {
     use replayssm_tools::floor::MODEL_SHAPES;
-    use replayssm_tools::model::{self, report, Point, Sources, H200, KERNELS};
-    let functions = match Sources::of_this_build().and_then(|s| s.functions()) {
+    use replayssm_tools::model::{self, report, Point, H200, KERNELS};
+    let functions = match model::functions_of_this_build() {
         Ok(f) => f,
         Err(e) => {
             errln!("model: {e}");
@@ -404,8 +404,8 @@ fn model(explain: Option<&str>, shape: &str, batch: usize, window: usize) -> out
 /// `replayssm model --write-table PATH`: the model's choices merged into the table at PATH.
 fn model_table(path: &std::path::Path) -> output::Result<ExitCode> {
     use replayssm::tuning::{read_table_file, Table, TABLE_FORMAT};
-    use replayssm_tools::model::{table, Sources, H200};
-    let functions = match Sources::of_this_build().and_then(|s| s.functions()) {
+    use replayssm_tools::model::{self, table, H200};
+    let functions = match model::functions_of_this_build() {
         Ok(f) => f,
         Err(e) => {
             errln!("model: {e}");

@@ -14,7 +14,8 @@
 
 use replayssm::dtype::DType;
 use replayssm_tools::floor::MODEL_SHAPES;
-use replayssm_tools::model::{predict, Point, Prediction, Sources, H200};
+use replayssm_tools::model::sass::Function;
+use replayssm_tools::model::{functions_of_this_build, predict, Point, Prediction, H200};
 
 /// (shape, case, implementation, hot warp-instructions per KB, hot MIO cycles per KB) of every
 /// hot loop over budget in this build, owed to the streaming design of issue 30.
@@ -47,12 +48,22 @@ const OWED: &[(&str, &str, &str, f64, f64)] = &[
 /// How much worse than its recorded count an owed hot loop may get.
 const SLACK: f64 = 1.02;
 
-/// The predictions at K = V = 128, bf16, B = 128, T = 4 for both headline shapes, or why not.
-fn predictions() -> Result<Vec<(&'static str, Vec<Prediction>)>, String> {
-    let functions = Sources::of_this_build()
-        .and_then(|s| s.functions())
-        .map_err(|e| e.to_string())?;
-    Ok(["Qwen3.5-122B", "Kimi-K3-TP8"]
+/// This build's SASS, or why not: `None` (the caller skips, saying so) unless
+/// `REPLAYSSM_REQUIRE_SASS=1`, where it panics.
+fn functions_or_skip() -> Option<Vec<Function>> {
+    match functions_of_this_build() {
+        Ok(f) => Some(f),
+        Err(why) if std::env::var("REPLAYSSM_REQUIRE_SASS").as_deref() != Ok("1") => {
+            eprintln!("SKIPPED: the model cannot read this build's SASS: {why}");
+            None
+        }
+        Err(why) => panic!("REPLAYSSM_REQUIRE_SASS=1 and the model cannot read this build's SASS: {why}"),
+    }
+}
+
+/// The predictions at K = V = 128, bf16, B = 128, T = 4 for both headline shapes.
+fn predictions(functions: &[Function]) -> Vec<(&'static str, Vec<Prediction>)> {
+    ["Qwen3.5-122B", "Kimi-K3-TP8"]
         .into_iter()
         .map(|name| {
             let shape = MODEL_SHAPES.iter().copied().find(|s| s.name == name).unwrap();
@@ -62,9 +73,9 @@ fn predictions() -> Result<Vec<(&'static str, Vec<Prediction>)>, String> {
                 batch: 128,
                 t: 4,
             };
-            (name, predict(&functions, &H200, &p))
+            (name, predict(functions, &H200, &p))
         })
-        .collect())
+        .collect()
 }
 
 fn over_budget(p: &Prediction) -> bool {
@@ -113,14 +124,10 @@ fn check(grid: &[(&str, Vec<Prediction>)], owed: &[(&str, &str, &str, f64, f64)]
 
 #[test]
 fn every_hot_loop_fits_the_h200_budget_or_is_owed_and_no_worse() {
-    let grid = match predictions() {
-        Ok(g) => g,
-        Err(why) if std::env::var("REPLAYSSM_REQUIRE_SASS").as_deref() != Ok("1") => {
-            eprintln!("SKIPPED: the model cannot read this build's SASS: {why}");
-            return;
-        }
-        Err(why) => panic!("REPLAYSSM_REQUIRE_SASS=1 and the model cannot read this build's SASS: {why}"),
+    let Some(functions) = functions_or_skip() else {
+        return;
     };
+    let grid = predictions(&functions);
     // Every implementation of the headline shapes is counted (12 per shape).
     for (shape, ps) in &grid {
         assert_eq!(ps.len(), 12, "{shape}: {} implementations found in the SASS", ps.len());
@@ -144,10 +151,10 @@ fn every_hot_loop_fits_the_h200_budget_or_is_owed_and_no_worse() {
 /// worse, and on an owed one that now fits (here on the model's own predictions, edited).
 #[test]
 fn the_check_fails_on_a_new_or_worse_loop_and_on_a_stale_entry() {
-    let Ok(grid) = predictions() else {
-        eprintln!("SKIPPED: the model cannot read this build's SASS (see the test above)");
+    let Some(functions) = functions_or_skip() else {
         return;
     };
+    let grid = predictions(&functions);
     let vf = |o: &&(&str, &str, &str, f64, f64)| o.1 == "VF";
     // VF off the list: over budget and not owed.
     let without_vf: Vec<_> = OWED.iter().filter(|o| !vf(o)).copied().collect();
@@ -176,13 +183,8 @@ fn the_check_fails_on_a_new_or_worse_loop_and_on_a_stale_entry() {
 fn the_shipped_tables_modelled_entries_are_this_builds_ranking() {
     use replayssm::tuning::{EntrySource, Table, SHIPPED_TABLE};
     use replayssm_tools::model::table::write_modelled;
-    let functions = match Sources::of_this_build().and_then(|s| s.functions()) {
-        Ok(f) => f,
-        Err(why) if std::env::var("REPLAYSSM_REQUIRE_SASS").as_deref() != Ok("1") => {
-            eprintln!("SKIPPED: the model cannot read this build's SASS: {why}");
-            return;
-        }
-        Err(why) => panic!("REPLAYSSM_REQUIRE_SASS=1 and the model cannot read this build's SASS: {why}"),
+    let Some(functions) = functions_or_skip() else {
+        return;
     };
     let shipped = Table::parse(SHIPPED_TABLE, "shipped").unwrap();
     let mut fresh = shipped.clone();

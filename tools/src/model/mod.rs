@@ -23,7 +23,7 @@ use replayssm::problem::Variant;
 
 use crate::floor::{kernel_floors, ModelShape};
 use crate::occupancy::{occupancy, SM90};
-use count::{count, Counts, Repeats};
+use count::{Counts, Repeats};
 use sass::Function;
 
 /// The machine as the model sees it (H200 SXM; HOPPER.md, H200.md).
@@ -310,6 +310,11 @@ impl Sources {
     }
 }
 
+/// Every kernel of this build's sm_90 SASS, through the pinned cuobjdump.
+pub fn functions_of_this_build() -> Result<Vec<Function>, ModelError> {
+    Sources::of_this_build()?.functions()
+}
+
 /// One point of the model's grid.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Point {
@@ -401,7 +406,6 @@ pub fn explain(functions: &[Function], p: &Point, case: &str, implementation: &s
         .iter()
         .find(|k| k.case == case && k.implementation == implementation)?;
     let f = function_of(functions, kn, p)?;
-    let rows = if kn.rows == 0 { p.shape.dims.v } else { kn.rows };
     let mut trace = vec![format!(
         "{} {}: {}<{}>",
         case,
@@ -409,9 +413,31 @@ pub fn explain(functions: &[Function], p: &Point, case: &str, implementation: &s
         f.family,
         f.args.join(", ")
     )];
-    let c = count::count_traced(f, state_width(p), repeats_of(kn, p.t as f64, rows), Some(&mut trace))?;
+    let c = counts_at(f, kn, p, Some(&mut trace))?;
     trace.push(format!("{c:?}"));
     Some(trace)
+}
+
+/// Rows of one head a block of `kn` owns at `p`.
+fn rows_of(kn: &Kernel, p: &Point) -> usize {
+    if kn.rows == 0 {
+        p.shape.dims.v
+    } else {
+        kn.rows
+    }
+}
+
+/// One block of `kn` counted at `p` (what `predict` and `explain` both use).
+fn counts_at(f: &Function, kn: &Kernel, p: &Point, trace: Option<&mut Vec<String>>) -> Option<Counts> {
+    let repeats = repeats_of(kn, p.t as f64, rows_of(kn, p));
+    let mut c = count::count_traced(f, state_width(p), repeats, trace)?;
+    // Every kernel today scans the batch's slots for a duplicate in every warp
+    // (`warp_find_other`): ceil(B / 32) loads per lane, issued in pairs. The counted prologue is
+    // the shortest path, which skips the scan.
+    let scan = (p.batch.div_ceil(32) as f64 / 2.0).ceil();
+    c.trips_before_state += scan;
+    c.trips += scan;
+    Some(c)
 }
 
 /// The predictions of every implementation at `p`, and the kernels that were not found.
@@ -420,7 +446,6 @@ pub fn predict(functions: &[Function], m: &Machine, p: &Point) -> Vec<Prediction
     let resources = build_info::kernel_resources();
     let floors = kernel_floors(&p.shape, p.act, p.batch, p.t);
     let floor_of = |case: &str| floors.iter().find(|f| f.kernel == case).map(|f| f.bytes);
-    let state_width = state_width(p);
     KERNELS
         .iter()
         .filter_map(|kn| {
@@ -437,15 +462,8 @@ pub fn predict(functions: &[Function], m: &Machine, p: &Point) -> Vec<Prediction
                 res.smem_bytes + launch.dynamic_smem,
             );
             let t = p.t as f64;
-            let rows = if kn.rows == 0 { d.v } else { kn.rows };
-            let repeats = repeats_of(kn, t, rows);
-            let mut c: Counts = count(f, state_width, repeats)?;
-            // Every kernel today scans the batch's slots for a duplicate in every warp
-            // (`warp_find_other`): ceil(B / 32) loads per lane, issued in pairs. The counted
-            // prologue is the shortest path, which skips the scan.
-            let scan = (p.batch.div_ceil(32) as f64 / 2.0).ceil();
-            c.trips_before_state += scan;
-            c.trips += scan;
+            let rows = rows_of(kn, p);
+            let c = counts_at(f, kn, p, None)?;
             let warps = f64::from(launch.threads / 32);
             let row_bytes = (d.k * 4) as f64;
             let read = rows as f64 * row_bytes;
