@@ -384,7 +384,9 @@ fn a_step_past_its_limit_times_out_and_term_stops_the_run_with_the_summary_writt
     let path = out.join("device-check.txt");
     loop {
         let so_far = std::fs::read_to_string(&path).unwrap_or_default();
-        if so_far.contains("\n## gpu-tests\n[limit 40s] $ ") && so_far.ends_with("(dry run: sleep 11)\n") {
+        // gpu-tests' limit is its 40 s budget clamped to what is left of the
+        // deadline, which a loaded machine shortens: match the section, not the number.
+        if so_far.contains("\n## gpu-tests\n[limit ") && so_far.ends_with("(dry run: sleep 11)\n") {
             // Written and flushed step by step: what a kill would leave.
             assert!(so_far.contains("\n## info\n[limit 10s] $ "), "{so_far}");
             assert!(so_far.contains("\n[timed out after 10s] [exit 124, "), "{so_far}");
