@@ -291,6 +291,8 @@ fn generate_bindings(root: &Path, out: &Path) {
         .header(root.join("csrc/emu/selftest.h").display().to_string())
         .clang_arg(format!("-I{}", root.join("csrc/include").display()))
         .allowlist_function("rssm_.*")
+        // Defined in Rust (src/checks/can_implement.rs) and called by the C++ launchers.
+        .blocklist_function("rssm_.*_can_implement")
         .allowlist_type("rssm_.*")
         .allowlist_var("RSSM_.*")
         .derive_default(true)

@@ -57,9 +57,10 @@
 #include <stdint.h>
 
 /*
- Version of the C ABI: bumped when a struct or a signature changes incompatibly.
+ Version of the C ABI: bumped when a struct or a signature changes incompatibly (3: every
+ kernel's params composed of one params base, the token part and the spec ring).
  */
-#define REPLAYSSM_ABI_VERSION 2
+#define REPLAYSSM_ABI_VERSION 3
 
 /*
  Most draft tokens of one request in a verify (chain window or tree nodes, root included).
@@ -151,7 +152,7 @@ typedef enum replayssm_status {
    */
   REPLAYSSM_ERR_BACKEND_UNAVAILABLE = 6,
   /*
-   A capability gate (SPEC §5) refused the engine configuration.
+   A capability gate (design §5) refused the engine configuration.
    */
   REPLAYSSM_ERR_CONFIG_REFUSED = 7,
   /*
@@ -222,15 +223,52 @@ typedef enum replayssm_cursor_op {
 } replayssm_cursor_op;
 
 /*
- Kernel R (recurrent baseline) of `replayssm_recurrent`.
-
- Tokens of request r are `cu_seqlens[r]..cu_seqlens[r+1]`; checkpoints `state[slots[r]]`
- (`[num_slots, HV, V, K]` f32, K contiguous); slot -1 = null row. Gate: raw (`a`, `b`, `A_log`,
- `dt_bias`; `g`, `beta` NULL) or precomputed (`g`, `beta`). Strides count elements per token.
+ The params base every kernel over the checkpoint pool takes: the pool
+ (`[num_layers, num_slots, HV, V, K]` f32, K contiguous; slot s of layer l at
+ `l * state_layer_stride + s * state_slot_stride` elements, 0 = packed), the rows (`slots[b]`,
+ -1 = null row), the heads and the device error word.
  */
-typedef struct replayssm_recurrent_params {
-  uint32_t struct_size;
-  uint32_t flags;
+typedef struct replayssm_base_params {
+  /*
+   The pool; kernel V only reads it.
+   */
+  float *state;
+  const int32_t *slots;
+  uint32_t *error_word;
+  /*
+   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+   */
+  int64_t state_slot_stride;
+  /*
+   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+   */
+  int64_t state_layer_stride;
+  int32_t batch;
+  int32_t num_slots;
+  /*
+   Kernel R: 1 (its pool has one layer).
+   */
+  int32_t num_layers;
+  /*
+   The layer a launch works on (R, F and materialise: 0).
+   */
+  int32_t layer;
+  int32_t H;
+  int32_t HV;
+  int32_t K;
+  int32_t V;
+  int32_t dtype;
+  int32_t variant;
+  int32_t qk_l2norm;
+  int32_t reserved;
+} replayssm_base_params;
+
+/*
+ The token inputs and outputs of R, V and D. Gate: raw (`a`, `b`, `A_log`, `dt_bias`; `g`,
+ `beta` NULL) or precomputed (`g`, `beta`). Strides count elements per token (D: per row).
+ */
+typedef struct replayssm_token_params {
   const void *q;
   const void *k;
   const void *v;
@@ -240,37 +278,50 @@ typedef struct replayssm_recurrent_params {
   const float *dt_bias;
   const float *g;
   const float *beta;
-  const int32_t *cu_seqlens;
-  const int32_t *slots;
-  float *state;
-  float *snapshots;
   void *o;
-  uint32_t *error_word;
   int64_t q_stride;
   int64_t k_stride;
   int64_t v_stride;
   int64_t a_stride;
   int64_t b_stride;
   int64_t o_stride;
-  int32_t num_tokens;
-  int32_t batch;
-  int32_t max_seqlen;
-  int32_t num_slots;
-  int32_t H;
-  int32_t HV;
-  int32_t K;
-  int32_t V;
   float scale;
-  int32_t dtype;
-  int32_t variant;
-  int32_t qk_l2norm;
+  int32_t reserved;
+} replayssm_token_params;
+
+/*
+ Kernel R (recurrent baseline) of `replayssm_recurrent`.
+
+ Tokens of request r are `cu_seqlens[r]..cu_seqlens[r+1]`; checkpoints `state[slots[r]]`
+ (`[num_slots, HV, V, K]` f32, K contiguous); slot -1 = null row. Gate: raw (`a`, `b`, `A_log`,
+ `dt_bias`; `g`, `beta` NULL) or precomputed (`g`, `beta`). Strides count elements per token.
+ R's pool is one layer: `base.num_layers = 1`, `base.layer = 0`, `base.state_layer_stride = 0`.
+ */
+typedef struct replayssm_recurrent_params {
+  uint32_t struct_size;
+  uint32_t flags;
+  struct replayssm_base_params base;
+  struct replayssm_token_params tokens;
+  const int32_t *cu_seqlens;
+  float *snapshots;
+  int32_t num_tokens;
+  int32_t max_seqlen;
   int32_t write_state;
   int32_t reserved;
-  /*
-   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`).
-   */
-  int64_t state_slot_stride;
 } replayssm_recurrent_params;
+
+/*
+ The spec ring (`[num_layers, num_slots, ..., window, ...]`, packed): raw v and k (act dtype),
+ log decay g and beta (f32). V writes it (all four set, or all NULL); F and P read it.
+ */
+typedef struct replayssm_ring_params {
+  void *v;
+  void *k;
+  float *g;
+  float *beta;
+  int32_t window;
+  int32_t reserved;
+} replayssm_ring_params;
 
 /*
  Kernel V (chunked verify) of `replayssm_verify`; `parent` non-NULL selects tree verify (VT).
@@ -281,56 +332,16 @@ typedef struct replayssm_recurrent_params {
 typedef struct replayssm_verify_params {
   uint32_t struct_size;
   uint32_t flags;
-  const void *q;
-  const void *k;
-  const void *v;
-  const void *a;
-  const void *b;
-  const float *A_log;
-  const float *dt_bias;
-  const float *g;
-  const float *beta;
+  struct replayssm_base_params base;
+  struct replayssm_token_params tokens;
+  /*
+   `window` = W, ring positions per slot (1 without a ring).
+   */
+  struct replayssm_ring_params ring;
   const int32_t *cu_seqlens;
   const int32_t *parent;
-  const int32_t *slots;
-  const float *state;
-  void *o;
-  void *ring_v;
-  void *ring_k;
-  float *ring_g;
-  float *ring_beta;
-  uint32_t *error_word;
-  int64_t q_stride;
-  int64_t k_stride;
-  int64_t v_stride;
-  int64_t a_stride;
-  int64_t b_stride;
-  int64_t o_stride;
   int32_t num_tokens;
-  int32_t batch;
   int32_t max_seqlen;
-  int32_t num_slots;
-  int32_t num_layers;
-  int32_t layer;
-  int32_t window;
-  int32_t H;
-  int32_t HV;
-  int32_t K;
-  int32_t V;
-  float scale;
-  int32_t dtype;
-  int32_t variant;
-  int32_t qk_l2norm;
-  int32_t reserved;
-  /*
-   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
-   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
-   */
-  int64_t state_slot_stride;
-  /*
-   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
-   */
-  int64_t state_layer_stride;
 } replayssm_verify_params;
 
 /*
@@ -340,38 +351,14 @@ typedef struct replayssm_verify_params {
 typedef struct replayssm_fold_params {
   uint32_t struct_size;
   uint32_t flags;
-  float *state;
-  const void *ring_v;
-  const void *ring_k;
-  const float *ring_g;
-  const float *ring_beta;
-  const int32_t *slots;
+  struct replayssm_base_params base;
+  struct replayssm_ring_params ring;
   const int32_t *accept_lens;
   const int32_t *track_slots;
   const int32_t *track_steps;
   const int32_t *accept_paths;
-  uint32_t *error_word;
-  int32_t batch;
-  int32_t num_slots;
-  int32_t num_layers;
-  int32_t window;
-  int32_t H;
-  int32_t HV;
-  int32_t K;
-  int32_t V;
-  int32_t dtype;
-  int32_t variant;
-  int32_t qk_l2norm;
   int32_t path_width;
-  /*
-   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
-   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
-   */
-  int64_t state_slot_stride;
-  /*
-   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
-   */
-  int64_t state_layer_stride;
+  int32_t reserved;
 } replayssm_fold_params;
 
 /*
@@ -380,35 +367,9 @@ typedef struct replayssm_fold_params {
 typedef struct replayssm_replay_params {
   uint32_t struct_size;
   uint32_t flags;
-  float *state;
-  const void *ring_v;
-  const void *ring_k;
-  const float *ring_g;
-  const float *ring_beta;
-  const int32_t *slots;
+  struct replayssm_base_params base;
+  struct replayssm_ring_params ring;
   const int32_t *counts;
-  uint32_t *error_word;
-  int32_t batch;
-  int32_t num_slots;
-  int32_t num_layers;
-  int32_t layer;
-  int32_t window;
-  int32_t H;
-  int32_t HV;
-  int32_t K;
-  int32_t V;
-  int32_t dtype;
-  int32_t variant;
-  int32_t qk_l2norm;
-  /*
-   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
-   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
-   */
-  int64_t state_slot_stride;
-  /*
-   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
-   */
-  int64_t state_layer_stride;
 } replayssm_replay_params;
 
 /*
@@ -418,53 +379,15 @@ typedef struct replayssm_replay_params {
 typedef struct replayssm_decode_params {
   uint32_t struct_size;
   uint32_t flags;
-  const void *q;
-  const void *k;
-  const void *v;
-  const void *a;
-  const void *b;
-  const float *A_log;
-  const float *dt_bias;
-  const float *g;
-  const float *beta;
-  const int32_t *slots;
+  struct replayssm_base_params base;
+  struct replayssm_token_params tokens;
   const int32_t *positions;
   const int32_t *force_flush;
-  float *state;
   float *ring_d;
   float *ring_k;
   float *ring_g;
-  void *o;
-  uint32_t *error_word;
-  int64_t q_stride;
-  int64_t k_stride;
-  int64_t v_stride;
-  int64_t a_stride;
-  int64_t b_stride;
-  int64_t o_stride;
-  int32_t batch;
-  int32_t num_slots;
-  int32_t num_layers;
-  int32_t layer;
   int32_t cache_len;
-  int32_t H;
-  int32_t HV;
-  int32_t K;
-  int32_t V;
-  float scale;
-  int32_t dtype;
-  int32_t variant;
-  int32_t qk_l2norm;
   int32_t reserved;
-  /*
-   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
-   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
-   */
-  int64_t state_slot_stride;
-  /*
-   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
-   */
-  int64_t state_layer_stride;
 } replayssm_decode_params;
 
 /*
@@ -485,64 +408,19 @@ typedef struct replayssm_cursor_params {
 } replayssm_cursor_params;
 
 /*
- Kernel VF (deferred fold: fold-then-verify of one layer) of `replayssm_verify_fold`: the
- fields of `replayssm_verify_params` (the verify of the new window; the ring pointers are
- required, `window` is 2 W: two halves), then the pending table `[num_slots, 2 + W]` and F's
- track arrays (optional). `state` is written: the fold.
+ Kernel VF (deferred fold: fold-then-verify of one layer) of `replayssm_verify_fold`: a whole
+ `replayssm_verify_params` (the verify of the new window; the ring is required, its `window` is
+ 2 W: two halves), then the pending table `[num_slots, 2 + W]` and F's track arrays (optional).
+ The base's `state` is written: the fold.
  */
 typedef struct replayssm_verify_fold_params {
   uint32_t struct_size;
   uint32_t flags;
-  const void *q;
-  const void *k;
-  const void *v;
-  const void *a;
-  const void *b;
-  const float *A_log;
-  const float *dt_bias;
-  const float *g;
-  const float *beta;
-  const int32_t *cu_seqlens;
-  const int32_t *parent;
-  const int32_t *slots;
-  float *state;
-  void *o;
-  void *ring_v;
-  void *ring_k;
-  float *ring_g;
-  float *ring_beta;
-  uint32_t *error_word;
-  int64_t q_stride;
-  int64_t k_stride;
-  int64_t v_stride;
-  int64_t a_stride;
-  int64_t b_stride;
-  int64_t o_stride;
-  int32_t num_tokens;
-  int32_t batch;
-  int32_t max_seqlen;
-  int32_t num_slots;
-  int32_t num_layers;
-  int32_t layer;
-  int32_t window;
-  int32_t H;
-  int32_t HV;
-  int32_t K;
-  int32_t V;
-  float scale;
-  int32_t dtype;
-  int32_t variant;
-  int32_t qk_l2norm;
-  int32_t reserved;
   /*
-   Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
-   page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+   The verify of the new window (its own header included); the ring is required and its
+   `window` is 2 W.
    */
-  int64_t state_slot_stride;
-  /*
-   Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
-   */
-  int64_t state_layer_stride;
+  struct replayssm_verify_params verify;
   const int32_t *pending;
   const int32_t *track_slots;
   const int32_t *track_steps;
@@ -587,6 +465,17 @@ uint32_t replayssm_abi_version(void);
  A static, NUL-terminated name and meaning of a status value (any int32_t is accepted).
  */
 const char *replayssm_status_string(int32_t status);
+
+/*
+ The names and meanings of the bits set in a device error word (`REPLAYSSM_DEVERR_*`),
+ `; `-separated, unknown bits by value: the one table Rust, C and Python print. Writes at most
+ `len` bytes into `buf`, NUL-terminated (truncated to fit), and returns the length of the whole
+ text without its NUL, so `buf = NULL, len = 0` asks for the size.
+
+ # Safety
+ `buf` is NULL (with `len` 0) or points to `len` writable bytes.
+ */
+size_t replayssm_device_error_string(uint32_t bits, char *buf, size_t len);
 
 /*
  The message of the last entry called on this thread ("" if it succeeded), NUL-terminated;

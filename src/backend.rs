@@ -3,7 +3,7 @@
 /// The implementation that executes a kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// Plain Rust, f32, in the exact operation order of SPEC §3 (the "naive" baseline of §6).
+    /// Plain Rust, f32, in the exact operation order of design §3 (the "naive" baseline of §6).
     Reference,
     /// The CUDA kernel source compiled for the CPU against the SIMT emulator.
     Emulated,

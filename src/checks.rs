@@ -1,7 +1,9 @@
 //! The host checks every kernel call goes through before a launch, with a message naming the
 //! field, its value and the limit: head dims, views, dtypes, sequence lengths, slots. The
-//! kernels' own `can_implement` (C++) is the last line behind them.
+//! kernel layer's launchers (C++) reach the same rules through [`can_implement`] as their last
+//! line: each rule has one definition, in [`params`] and [`indices`].
 
+pub mod can_implement;
 pub mod indices;
 pub mod params;
 

@@ -1,7 +1,7 @@
-//! Capability gates (SPEC §5): engine-style flags in, a resolved ReplaySSM configuration or a
+//! Capability gates (design §5): engine-style flags in, a resolved ReplaySSM configuration or a
 //! typed refusal out. Every refusal names the option, the value it got and the fix, so a
 //! configuration the kernels cannot serve never runs silently wrong. Rule ids (A1..B7, N1, P1)
-//! follow SPEC §5; S1 (launch-time shapes and indices) lives in the kernel wrappers, except the
+//! follow design §5; S1 (launch-time shapes and indices) lives in the kernel wrappers, except the
 //! draft length, which is known here and refused early. B1 and N1 no longer refuse trees: they
 //! route them to the tree kernels (VT + FT) and refuse only trees above [`MAX_TREE_NODES`].
 
@@ -196,11 +196,11 @@ pub const DEFAULT_CACHE_LEN: usize = 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Off,
-    /// Buffered decode (SPEC §4 D) with a ring of `cache_len` steps.
+    /// Buffered decode (design §4 D) with a ring of `cache_len` steps.
     Buffered {
         cache_len: usize,
     },
-    /// Spec ring for speculative decoding (SPEC §4 V, F).
+    /// Spec ring for speculative decoding (design §4 V, F).
     Spec,
 }
 
@@ -241,7 +241,7 @@ pub struct ResolvedConfig {
     pub warnings: Vec<String>,
 }
 
-/// A refusal of SPEC §5: the rule, the option, the value it got and the fix.
+/// A refusal of design §5: the rule, the option, the value it got and the fix.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum GateError {
     #[error("A1: --enable-linear-replayssm keeps its ring inside the triton decode kernels (helion for KDA only). Got --linear-attn-decode-backend='{backend}' with --linear-attn-kind='{kind}'. Set --linear-attn-decode-backend triton{helion}, or disable --enable-linear-replayssm.")]
@@ -298,7 +298,7 @@ pub enum GateError {
 }
 
 impl GateError {
-    /// The rule of SPEC §5 this refusal enforces.
+    /// The rule of design §5 this refusal enforces.
     pub fn rule(&self) -> &'static str {
         match self {
             GateError::BufferedDecodeBackend { .. } => "A1",
@@ -323,7 +323,7 @@ impl GateError {
     }
 }
 
-/// Checks the flags against SPEC §5 and resolves the configuration.
+/// Checks the flags against design §5 and resolves the configuration.
 pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
     let buffered = f.enable_linear_replayssm;
     let spec = f.enable_linear_replayssm_spec;
@@ -545,7 +545,7 @@ flag_enum_from_str!(StateDtype, "--mamba-ssm-dtype", { "float32" => StateDtype::
 flag_enum_from_str!(VerifyLayout, "--ragged-verify-mode", { "static" => VerifyLayout::Static, "cap-accept" => VerifyLayout::CapAccept, "compact" => VerifyLayout::Compact });
 
 impl ResolvedConfig {
-    /// The kernels this configuration runs, by their SPEC §4 names.
+    /// The kernels this configuration runs, by their design §4 names.
     pub fn kernels(&self) -> &'static str {
         match (self.mode, self.draft) {
             (Mode::Off, _) => "R recurrent decode (baseline; no ReplaySSM kernels)",

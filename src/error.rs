@@ -101,6 +101,8 @@ pub enum Error {
         kernel: &'static str,
         status: Status,
         message: String,
+        /// The `cudaError_t` of a failed CUDA launch (0 otherwise).
+        cuda_error: i32,
     },
     #[error("CUDA error {code} in {call}: {message}")]
     Cuda {
@@ -110,7 +112,7 @@ pub enum Error {
     },
     #[error("kernel {kernel} skipped rows it could not trust (device error word {bits:#x}: {})", device_error_names(*bits))]
     DeviceReported { kernel: &'static str, bits: u32 },
-    /// A capability gate of SPEC §5 refused the configuration.
+    /// A capability gate of design §5 refused the configuration.
     #[error(transparent)]
     Gate(#[from] crate::config::GateError),
     #[error("slot {slot} has {pending} pending buffered-decode records: materialise it before copying from it (a copy-on-write source must be fully flushed)")]

@@ -13,37 +13,44 @@ macro_rules! assert_layout {
     };
 }
 
-assert_layout!(rssm_recurrent_params, size = 232, {
-    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64,
-    cu_seqlens = 72, slots = 80, state = 88, snapshots = 96, o = 104, error_word = 112,
-    q_stride = 120, k_stride = 128, v_stride = 136, a_stride = 144, b_stride = 152, o_stride = 160,
-    num_tokens = 168, batch = 172, max_seqlen = 176, num_slots = 180,
-    H = 184, HV = 188, K = 192, V = 196, scale = 200, dtype = 204, variant = 208,
-    qk_l2norm = 212, write_state = 216, reserved = 220, state_slot_stride = 224,
+assert_layout!(rssm_base_params, size = 96, {
+    state = 0, slots = 8, error_word = 16, state_slot_stride = 24, state_layer_stride = 32, batch = 40, num_slots = 44, num_layers = 48, layer = 52, H = 56, HV = 60, K = 64, V = 68, dtype = 72, variant = 76, qk_l2norm = 80, impl_ = 84, block_rows = 88, reserved = 92,
 });
 
-assert_layout!(rssm_verify_params, size = 288, {
-    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, cu_seqlens = 72, parent = 80, slots = 88, state = 96, o = 104, ring_v = 112, ring_k = 120, ring_g = 128, ring_beta = 136, error_word = 144, q_stride = 152, k_stride = 160, v_stride = 168, a_stride = 176, b_stride = 184, o_stride = 192, num_tokens = 200, batch = 204, max_seqlen = 208, num_slots = 212, num_layers = 216, layer = 220, window = 224, H = 228, HV = 232, K = 236, V = 240, scale = 244, dtype = 248, variant = 252, qk_l2norm = 256, impl_ = 260, block_rows = 264, reserved = 268, state_slot_stride = 272, state_layer_stride = 280,
+assert_layout!(rssm_token_params, size = 136, {
+    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, o = 72, q_stride = 80, k_stride = 88, v_stride = 96, a_stride = 104, b_stride = 112, o_stride = 120, scale = 128, reserved = 132,
 });
 
-assert_layout!(rssm_fold_params, size = 160, {
-    state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, accept_lens = 48, track_slots = 56, track_steps = 64, accept_paths = 72, error_word = 80, batch = 88, num_slots = 92, num_layers = 96, window = 100, H = 104, HV = 108, K = 112, V = 116, dtype = 120, variant = 124, qk_l2norm = 128, path_width = 132, impl_ = 136, block_rows = 140, state_slot_stride = 144, state_layer_stride = 152,
+assert_layout!(rssm_ring_params, size = 40, {
+    v = 0, k = 8, g = 16, beta = 24, window = 32, reserved = 36,
 });
 
-assert_layout!(rssm_replay_params, size = 136, {
-    state = 0, ring_v = 8, ring_k = 16, ring_g = 24, ring_beta = 32, slots = 40, counts = 48, error_word = 56, batch = 64, num_slots = 68, num_layers = 72, layer = 76, window = 80, H = 84, HV = 88, K = 92, V = 96, dtype = 100, variant = 104, qk_l2norm = 108, impl_ = 112, block_rows = 116, state_slot_stride = 120, state_layer_stride = 128,
+assert_layout!(rssm_recurrent_params, size = 264, {
+    base = 0, tokens = 96, cu_seqlens = 232, snapshots = 240, num_tokens = 248, max_seqlen = 252, write_state = 256, reserved = 260,
 });
 
-assert_layout!(rssm_decode_params, size = 272, {
-    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, slots = 72, positions = 80, force_flush = 88, state = 96, ring_d = 104, ring_k = 112, ring_g = 120, o = 128, error_word = 136, q_stride = 144, k_stride = 152, v_stride = 160, a_stride = 168, b_stride = 176, o_stride = 184, batch = 192, num_slots = 196, num_layers = 200, layer = 204, cache_len = 208, H = 212, HV = 216, K = 220, V = 224, scale = 228, dtype = 232, variant = 236, qk_l2norm = 240, impl_ = 244, block_rows = 248, reserved = 252, state_slot_stride = 256, state_layer_stride = 264,
+assert_layout!(rssm_verify_params, size = 296, {
+    base = 0, tokens = 96, ring = 232, cu_seqlens = 272, parent = 280, num_tokens = 288, max_seqlen = 292,
+});
+
+assert_layout!(rssm_fold_params, size = 176, {
+    base = 0, ring = 96, accept_lens = 136, track_slots = 144, track_steps = 152, accept_paths = 160, path_width = 168, reserved = 172,
+});
+
+assert_layout!(rssm_replay_params, size = 144, {
+    base = 0, ring = 96, counts = 136,
+});
+
+assert_layout!(rssm_decode_params, size = 280, {
+    base = 0, tokens = 96, positions = 232, force_flush = 240, ring_d = 248, ring_k = 256, ring_g = 264, cache_len = 272, reserved = 276,
 });
 
 assert_layout!(rssm_cursor_params, size = 56, {
     cursors = 0, slots = 8, positions = 16, force_flush = 24, error_word = 32, batch = 40, num_slots = 44, cache_len = 48, op = 52,
 });
 
-assert_layout!(rssm_verify_fold_params, size = 312, {
-    verify = 0, pending = 288, track_slots = 296, track_steps = 304,
+assert_layout!(rssm_verify_fold_params, size = 320, {
+    verify = 0, pending = 296, track_slots = 304, track_steps = 312,
 });
 
 assert_layout!(rssm_defer_params, size = 72, {

@@ -1,21 +1,32 @@
 //! replayssm: hand-written CUDA kernels for ReplaySSM (speculative decoding on linear-attention
 //! layers with an fp32 checkpoint and a ring of raw inputs), with a safe Rust runtime, a CPU
-//! SIMT emulator that runs the same kernel sources, and an f64 reference. See `SPEC.md` in the
-//! shared folder and the README. The tools built on it (CLI, case files, bench, plots,
+//! SIMT emulator that runs the same kernel sources, and an f64 reference. See `docs/design.md` (the
+//! contract) and the README. The tools built on it (CLI, case files, bench, plots,
 //! workloads) are the `replayssm-tools` crate (`tools/`), which an engine does not link.
 //!
-//! Layout, from the bottom up (no module uses one above it: `tests/layout.rs`):
-//! - [`ffi`] (the kernel layer's C header, bindgen), [`limits`] (its defines), [`backend`],
-//!   [`dtype`], [`problem`] (head dims, variant, gate), [`error`], [`checks`] (every host check),
-//!   [`config`] (capability gates) and [`engine_args`] (SGLang's flags);
-//! - [`runtime`]: launch plumbing, CUDA runtime, emulator;
-//! - [`state`]: [`CheckpointPool`], [`SpecRing`], [`DecodeRing`], [`DeferredRing`];
-//! - [`tokens`]: the token inputs R, V and D share; [`reference`]: f32/f64 SPEC §3 maths;
+//! Layout, from the bottom up (a module uses only modules of its own layer or below; within a
+//! layer, file by file, without a cycle: `tests/layout.rs` checks this list against the code):
+//! - [`ffi`] (the kernel layer's C header, bindgen), [`backend`], [`numerics`] (design §6 pass
+//!   rule) and [`build_info`], which use no other module;
+//! - [`limits`] (the header's defines), [`dtype`] and [`problem`] (head dims, variant, gate);
+//! - [`tuning`] (which implementation a call runs), [`config`] (capability gates),
+//!   [`engine_args`] (SGLang's flags) and [`error`];
+//! - [`memory`] (host or device memory: [`Stream`], [`DeviceVec`], device views) and
+//!   [`runtime`] (launch plumbing, CUDA runtime, emulator), which use each other;
+//! - [`checks`]: every host check, on host or device memory;
+//! - [`state`]: [`CheckpointPool`], [`SpecRing`], [`DecodeRing`], [`DeferredRing`]; [`tokens`]:
+//!   the token inputs R, V and D share;
+//! - [`reference`]: f32/f64 design §3 maths;
 //! - [`kernels`]: one module per kernel, named like its launcher `csrc/kernels/<name>.cu`:
 //!   [`kernels::recurrent`] (R), [`kernels::verify`] (V), [`kernels::fold`] (F),
 //!   [`kernels::replay`] (P), [`kernels::decode`] (D, materialise), [`kernels::tree`] (VT, FT),
 //!   [`kernels::verify_fold`] (VF, the deferred fold);
-//! - [`capi`]: the C ABI (header `include/replayssm.h`), [`interop`]: cudarc views for it.
+//! - [`capi`]: the C ABI (header `include/replayssm.h`), which checks its params and launches
+//!   through `runtime`, not `kernels`; [`interop`]: cudarc views for it.
+//!
+//! The root re-exports each kernel's function (`replayssm::decode`, `replayssm::recurrent`, ...)
+//! and the main types; the modules [`spec`], [`tree`], [`pool`] and [`ring`] keep the paths of
+//! earlier releases. A root name is never both a module and a function (`tests/layout.rs`).
 
 pub mod backend;
 pub mod build_info;
@@ -61,7 +72,9 @@ pub use state::pool::{CheckpointPool, PoolShape};
 pub use state::spec_ring::{RingShape, SpecRing};
 pub use tokens::{Gate, RecurrentInputs};
 
-// The paths of earlier releases, kept as re-exports.
+// The paths of earlier releases, kept as re-exports (those of kernels R and D, `recurrent` and
+// `decode`, are gone: the root's functions have their names; use `kernels::recurrent`,
+// `kernels::decode` and `state::decode_ring`).
 
 /// Earlier home of kernels V, F and P: [`kernels::verify`], [`kernels::fold`], [`kernels::replay`].
 pub mod spec {
@@ -69,19 +82,6 @@ pub mod spec {
     pub use crate::kernels::replay::replay;
     pub use crate::kernels::verify::{validate_verify, verify, VerifyPlan};
     pub use crate::limits::MAX_VERIFY_WINDOW;
-}
-/// Earlier home of kernel R: [`kernels::recurrent`], [`tokens`].
-pub mod recurrent {
-    pub use crate::checks::check_kernel_head_dim;
-    pub use crate::kernels::recurrent::*;
-    pub use crate::limits::KERNEL_HEAD_DIMS;
-    pub use crate::tokens::{validate_tokens, RecurrentInputs};
-}
-/// Earlier home of kernel D and its ring: [`kernels::decode`], [`state::decode_ring`].
-pub mod decode {
-    pub use crate::kernels::decode::*;
-    pub use crate::limits::MAX_CACHE_LEN;
-    pub use crate::state::decode_ring::*;
 }
 /// Earlier home of the tree kernels: [`kernels::tree`].
 pub mod tree {

@@ -83,7 +83,7 @@ impl Location {
 ///
 /// On Cuda: the engine's `cudaStream_t` (or the legacy default stream); calls enqueue and return.
 /// On Emulated: the emulator, which runs each call to completion. Kernels OR what they could not
-/// trust into the stream's error word (SPEC's device error word); [`Stream::check_errors`] reads
+/// trust into the stream's error word (design §9); [`Stream::check_errors`] reads
 /// and clears it, the one call here that synchronises. The kernels' calls on a stream live with
 /// their kernels (`Stream::verify` in `kernels/verify.rs`, `Stream::fold` in `kernels/fold.rs`).
 pub struct Stream {

@@ -1,4 +1,4 @@
-//! The pass rule of SPEC §6: elementwise `|x - r| <= atol + rtol * |r|` against an f64
+//! The pass rule of design §6: elementwise `|x - r| <= atol + rtol * |r|` against an f64
 //! reference, and no NaN or Inf anywhere.
 
 /// Absolute and relative tolerance of one comparison.

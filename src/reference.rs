@@ -1,6 +1,6 @@
-//! The reference recurrence of SPEC §3, written once over a float type and run in f64 (the
+//! The reference recurrence of design §3, written once over a float type and run in f64 (the
 //! oracle every kernel is judged against) and in f32 (the "same maths done naively in the same
-//! precision" of SPEC §6, and the `Reference` backend). Sums run sequentially over k, in the
+//! precision" of design §6, and the `Reference` backend). Sums run sequentially over k, in the
 //! exact order of §3.
 
 use crate::problem::{HeadDims, Variant};
@@ -52,20 +52,20 @@ macro_rules! impl_real {
 impl_real!(f32);
 impl_real!(f64);
 
-/// SPEC §3 step 1.
+/// design §3 step 1.
 pub fn log_decay<R: Real>(a: R, dt_bias: R, a_log: R) -> R {
     let x = a + dt_bias;
     let softplus = if x <= R::from_f32(20.0) { x.exp().ln_1p() } else { x };
     -(a_log.exp()) * softplus
 }
 
-/// SPEC §3 step 2.
+/// design §3 step 2.
 pub fn beta<R: Real>(b: R) -> R {
     let one = R::from_f32(1.0);
     one / (one + (-b).exp())
 }
 
-/// SPEC §3 step 3 (division form, eps inside the root), in place.
+/// design §3 step 3 (division form, eps inside the root), in place.
 pub fn l2_normalize<R: Real>(x: &mut [R]) {
     let mut ss = R::from_f32(0.0);
     for &e in x.iter() {
@@ -77,7 +77,7 @@ pub fn l2_normalize<R: Real>(x: &mut [R]) {
     }
 }
 
-/// SPEC §3 steps 4-7 on one head's state `s` (`[V, K]`, K contiguous) with `decay = exp(g)`
+/// design §3 steps 4-7 on one head's state `s` (`[V, K]`, K contiguous) with `decay = exp(g)`
 /// (one value, or K for KDA), normalised key `k` and value `v`.
 pub fn delta_rule_update<R: Real>(s: &mut [R], dims: &HeadDims, decay: &[R], k: &[R], v: &[R], beta: R) {
     let mut u = vec![R::from_f32(0.0); dims.v];
@@ -125,7 +125,7 @@ pub fn delta_rule_apply<R: Real>(s: &mut [R], dims: &HeadDims, decay: &[R], k: &
     }
 }
 
-/// SPEC §3 step 8: `o[v] = Σ_k S[v,k] q[k]`.
+/// design §3 step 8: `o[v] = Σ_k S[v,k] q[k]`.
 pub fn readout<R: Real>(s: &[R], dims: &HeadDims, q: &[R], o: &mut [R]) {
     for (row, ov) in s.chunks_exact(dims.k).zip(o.iter_mut()) {
         let mut acc = R::from_f32(0.0);
@@ -172,7 +172,7 @@ pub fn gate_at<R: Real>(gate: &Gate<'_>, variant: Variant, dims: &HeadDims, tok:
     }
 }
 
-/// One token's update of one head's state (SPEC §3 steps 3-7) from its raw key, log decays,
+/// One token's update of one head's state (design §3 steps 3-7) from its raw key, log decays,
 /// beta and value: the record a spec ring holds. Kernel R's reference and the fold's both run it.
 pub fn apply_record<R: Real>(s: &mut [R], dims: &HeadDims, k_raw: &[R], g: &[R], beta: R, v: &[R], l2norm: bool) {
     let mut k = k_raw.to_vec();
@@ -183,7 +183,7 @@ pub fn apply_record<R: Real>(s: &mut [R], dims: &HeadDims, k_raw: &[R], g: &[R],
     delta_rule_update(s, dims, &decay, &k, v, beta);
 }
 
-/// Token `tok`'s update of value head `hv`'s state `s` (SPEC §3 steps 1-7).
+/// Token `tok`'s update of value head `hv`'s state `s` (design §3 steps 1-7).
 fn step_token<R: Real>(inp: &RecurrentInputs<'_>, s: &mut [R], tok: usize, hv: usize) {
     let d = inp.dims;
     let h = d.key_head(hv);
@@ -206,7 +206,7 @@ fn scaled_query<R: Real>(inp: &RecurrentInputs<'_>, tok: usize, hv: usize) -> Ve
     q
 }
 
-/// Tree verify in precision `R` (SPEC §4 V, tree paragraph): for every token, kernel R's output
+/// Tree verify in precision `R` (design §4 VT): for every token, kernel R's output
 /// after running the recurrence from its request's checkpoint along the token's root path.
 /// `parent[t]` is the window position of token t's parent within its request (-1 = child of the
 /// checkpoint), validated by the caller. Returns `[N, HV, V]`, zeros for null requests.

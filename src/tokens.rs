@@ -7,11 +7,12 @@ use crate::checks::{
     check_batch, check_dtype, check_kernel_head_dim, check_len, check_seqlens, check_slots, check_view,
 };
 use crate::error::{Error, Result};
+use crate::ffi;
 use crate::memory::{ActLayout, ActLayoutMut, Device, Host, Memory, SeqlensRef, SliceRef};
 use crate::problem::{HeadDims, Variant};
 use crate::runtime::launch::Exec;
 
-/// The gate of every token: raw inputs (SPEC §3 steps 1-2 run in-kernel) or precomputed g/beta.
+/// The gate of every token: raw inputs (design §3 steps 1-2 run in-kernel) or precomputed g/beta.
 #[derive(Clone, Copy, Debug)]
 pub enum Gate<'a, M: Memory = Host> {
     Raw {
@@ -71,7 +72,7 @@ pub struct RecurrentInputs<'a, M: Memory = Host> {
     pub slots: M::Slice<'a, i32>,
     /// Multiplies q after normalisation; usually `K^-0.5`.
     pub scale: f32,
-    /// Normalise q and k in-kernel (SPEC §3 step 3).
+    /// Normalise q and k in-kernel (design §3 step 3).
     pub qk_l2norm: bool,
 }
 
@@ -164,79 +165,45 @@ pub(crate) fn check_token_slots(slots: &impl SliceRef<i32>, batch: usize, num_sl
     }
 }
 
-/// Pointers of the token inputs shared by kernels R and V.
-pub(crate) struct TokenPtrs {
-    pub q: *const u8,
-    pub k: *const u8,
-    pub v: *const u8,
-    pub a: *const u8,
-    pub b: *const u8,
-    pub a_log: *const f32,
-    pub dt_bias: *const f32,
-    pub g: *const f32,
-    pub beta: *const f32,
-    pub cu_seqlens: *const i32,
-    pub slots: *const i32,
-    pub q_stride: i64,
-    pub k_stride: i64,
-    pub v_stride: i64,
-    pub a_stride: i64,
-    pub b_stride: i64,
-}
-
-/// The token inputs' pointers (q, k, v, gate, cu_seqlens, slots) of R or V, each checked to be
-/// memory the launch can read.
-pub(crate) fn token_ptrs<M: Memory>(exec: &Exec, inp: &RecurrentInputs<'_, M>) -> Result<TokenPtrs> {
+/// The token part of R's, V's and D's params (`rssm_token_params`): the inputs, the gate, the
+/// output `o` and their strides, and the scale; each pointer checked to be memory the launch can
+/// reach. Filled here once for the three kernels.
+pub(crate) fn token_params<M: Memory>(
+    exec: &Exec,
+    inp: &RecurrentInputs<'_, M>,
+    o: &mut impl ActLayoutMut,
+) -> Result<ffi::rssm_token_params> {
     // q, k, v first: a refusal names the first tensor a caller would look at.
     let (q, k, v) = (
         exec.view("q", &inp.q)?,
         exec.view("k", &inp.k)?,
         exec.view("v", &inp.v)?,
     );
-    let null = std::ptr::null::<f32>;
-    let (a, b, a_log, dt_bias, g, beta, a_stride, b_stride) = match inp.gate {
-        Gate::Raw { a, b, a_log, dt_bias } => (
-            exec.view("a", &a)?,
-            exec.view("b", &b)?,
-            exec.slice("A_log", &a_log)?,
-            exec.slice("dt_bias", &dt_bias)?,
-            null(),
-            null(),
-            a.layout().3 as i64,
-            b.layout().3 as i64,
-        ),
-        Gate::Precomputed { g, beta } => (
-            std::ptr::null(),
-            std::ptr::null(),
-            null(),
-            null(),
-            exec.slice("g", &g)?,
-            exec.slice("beta", &beta)?,
-            0,
-            0,
-        ),
-    };
-    Ok(TokenPtrs {
-        q,
-        k,
-        v,
-        a,
-        b,
-        a_log,
-        dt_bias,
-        g,
-        beta,
-        cu_seqlens: exec.slice("cu_seqlens", &inp.cu_seqlens)?,
-        slots: exec.slice("slots", &inp.slots)?,
+    let mut t = ffi::rssm_token_params {
+        q: q.cast(),
+        k: k.cast(),
+        v: v.cast(),
         q_stride: inp.q.layout().3 as i64,
         k_stride: inp.k.layout().3 as i64,
         v_stride: inp.v.layout().3 as i64,
-        a_stride,
-        b_stride,
-    })
-}
-
-/// An output view's pointer (its first element) and row stride.
-pub(crate) fn output_ptr(exec: &Exec, o: &mut impl ActLayoutMut) -> Result<(*mut u8, i64)> {
-    Ok((exec.view_mut("o", o)?, o.layout().3 as i64))
+        scale: inp.scale,
+        ..Default::default()
+    };
+    match inp.gate {
+        Gate::Raw { a, b, a_log, dt_bias } => {
+            t.a = exec.view("a", &a)?.cast();
+            t.b = exec.view("b", &b)?.cast();
+            t.A_log = exec.slice("A_log", &a_log)?;
+            t.dt_bias = exec.slice("dt_bias", &dt_bias)?;
+            t.a_stride = a.layout().3 as i64;
+            t.b_stride = b.layout().3 as i64;
+        }
+        Gate::Precomputed { g, beta } => {
+            t.g = exec.slice("g", &g)?;
+            t.beta = exec.slice("beta", &beta)?;
+        }
+    }
+    t.o = exec.view_mut("o", o)?.cast();
+    t.o_stride = o.layout().3 as i64;
+    Ok(t)
 }

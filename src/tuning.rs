@@ -524,45 +524,26 @@ pub fn choose(key: &Key) -> Choice {
         .unwrap_or(Choice::DEFAULT)
 }
 
-/// Sets the implementation fields of a kernel's params from [`choose`] (the Rust wrappers and the
-/// C ABI both call these, right before the params checks).
-pub(crate) fn apply_verify(p: &mut ffi::rssm_verify_params) {
-    let key = Key {
-        kernel: Kernel::V,
-        kda: p.variant == ffi::rssm_variant_RSSM_VARIANT_KDA as i32,
-        k: p.K.max(0) as usize,
-        v: p.V.max(0) as usize,
-        hv: p.HV.max(0) as usize,
-        window: p.max_seqlen.max(0) as usize,
-        batch: p.batch.max(0) as usize,
-    };
-    (p.impl_, p.block_rows) = ffi_choice(&key);
-}
-
-pub(crate) fn apply_fold(p: &mut ffi::rssm_fold_params) {
-    (p.impl_, p.block_rows) = ffi_choice(&spec_key(Kernel::F, p.variant, p.K, p.V, p.HV, p.window, p.batch));
-}
-
-pub(crate) fn apply_replay(p: &mut ffi::rssm_replay_params) {
-    (p.impl_, p.block_rows) = ffi_choice(&spec_key(Kernel::P, p.variant, p.K, p.V, p.HV, p.window, p.batch));
-}
-
-/// Kernel D (its window is the cache length L).
-pub(crate) fn apply_decode(p: &mut ffi::rssm_decode_params) {
-    (p.impl_, p.block_rows) = ffi_choice(&spec_key(Kernel::D, p.variant, p.K, p.V, p.HV, p.cache_len, p.batch));
-}
-
-#[allow(clippy::too_many_arguments)]
-fn spec_key(kernel: Kernel, variant: i32, k: i32, v: i32, hv: i32, window: i32, batch: i32) -> Key {
-    Key {
-        kernel,
-        kda: variant == ffi::rssm_variant_RSSM_VARIANT_KDA as i32,
-        k: k.max(0) as usize,
-        v: v.max(0) as usize,
-        hv: hv.max(0) as usize,
-        window: window.max(0) as usize,
-        batch: batch.max(0) as usize,
+impl Key {
+    /// The key of a launch: its params base's shape with `window` positions (V: its draft
+    /// window; F, P: the ring window; D: the cache length).
+    pub(crate) fn of_launch(kernel: Kernel, b: &ffi::rssm_base_params, window: i32) -> Key {
+        Key {
+            kernel,
+            kda: b.variant == ffi::rssm_variant_RSSM_VARIANT_KDA as i32,
+            k: b.K.max(0) as usize,
+            v: b.V.max(0) as usize,
+            hv: b.HV.max(0) as usize,
+            window: window.max(0) as usize,
+            batch: b.batch.max(0) as usize,
+        }
     }
+}
+
+/// Sets the implementation fields of a launch's params base from [`choose`] (the Rust wrappers
+/// and the C ABI both call it, right before the params checks).
+pub(crate) fn apply(kernel: Kernel, b: &mut ffi::rssm_base_params, window: i32) {
+    (b.impl_, b.block_rows) = ffi_choice(&Key::of_launch(kernel, b, window));
 }
 
 fn ffi_choice(key: &Key) -> (i32, i32) {

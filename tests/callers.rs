@@ -108,26 +108,32 @@ fn the_c_abi_refuses_every_row_with_the_tables_words_and_writes_nothing() {
             None => (std::ptr::null(), std::ptr::null()),
         };
         let p = replayssm_fold_params {
-            state: state.as_mut_ptr(),
-            ring_v: ring_v.as_ptr().cast(),
-            ring_k: ring_k.as_ptr().cast(),
-            ring_g: ring_g.as_ptr(),
-            ring_beta: ring_beta.as_ptr(),
-            slots: row.slots.as_ptr(),
+            base: replayssm_base_params {
+                state: state.as_mut_ptr(),
+                slots: row.slots.as_ptr(),
+                batch: row.slots.len() as i32,
+                num_slots: SLOTS as i32,
+                num_layers: 1,
+                H: d.h as i32,
+                HV: d.hv as i32,
+                K: d.k as i32,
+                V: d.v as i32,
+                dtype: DType::F32.to_ffi(),
+                variant: Variant::Gdn.to_ffi(),
+                qk_l2norm: 1,
+                ..Default::default()
+            },
+            ring: replayssm_ring_params {
+                v: ring_v.as_ptr().cast_mut().cast(),
+                k: ring_k.as_ptr().cast_mut().cast(),
+                g: ring_g.as_ptr().cast_mut(),
+                beta: ring_beta.as_ptr().cast_mut(),
+                window: WINDOW as i32,
+                ..Default::default()
+            },
             accept_lens: row.lens.as_ptr(),
             track_slots: ts,
             track_steps: tp,
-            batch: row.slots.len() as i32,
-            num_slots: SLOTS as i32,
-            num_layers: 1,
-            window: WINDOW as i32,
-            H: d.h as i32,
-            HV: d.hv as i32,
-            K: d.k as i32,
-            V: d.v as i32,
-            dtype: DType::F32.to_ffi(),
-            variant: Variant::Gdn.to_ffi(),
-            qk_l2norm: 1,
             ..Default::default()
         };
         // SAFETY: host buffers sized for the params; the entry checks before it launches.

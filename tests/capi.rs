@@ -35,35 +35,35 @@ macro_rules! tokens {
         let es = data.dtype.size();
         let gw = d.gate_width(data.variant);
         let (qrow, vrow) = (d.h * d.k, d.hv * d.v);
-        $p.q = data.q.as_bytes()[first * qrow * es..].as_ptr().cast();
-        $p.k = data.k.as_bytes()[first * qrow * es..].as_ptr().cast();
-        $p.v = data.v.as_bytes()[first * vrow * es..].as_ptr().cast();
-        $p.q_stride = (every * qrow) as i64;
-        $p.k_stride = (every * qrow) as i64;
-        $p.v_stride = (every * vrow) as i64;
+        $p.tokens.q = data.q.as_bytes()[first * qrow * es..].as_ptr().cast();
+        $p.tokens.k = data.k.as_bytes()[first * qrow * es..].as_ptr().cast();
+        $p.tokens.v = data.v.as_bytes()[first * vrow * es..].as_ptr().cast();
+        $p.tokens.q_stride = (every * qrow) as i64;
+        $p.tokens.k_stride = (every * qrow) as i64;
+        $p.tokens.v_stride = (every * vrow) as i64;
         match &data.gate {
             GateData::Raw { a, b, a_log, dt_bias } => {
-                $p.a = a.as_bytes()[first * d.hv * gw * es..].as_ptr().cast();
-                $p.b = b.as_bytes()[first * d.hv * es..].as_ptr().cast();
-                $p.A_log = a_log.as_ptr();
-                $p.dt_bias = dt_bias.as_ptr();
-                $p.a_stride = (every * d.hv * gw) as i64;
-                $p.b_stride = (every * d.hv) as i64;
+                $p.tokens.a = a.as_bytes()[first * d.hv * gw * es..].as_ptr().cast();
+                $p.tokens.b = b.as_bytes()[first * d.hv * es..].as_ptr().cast();
+                $p.tokens.A_log = a_log.as_ptr();
+                $p.tokens.dt_bias = dt_bias.as_ptr();
+                $p.tokens.a_stride = (every * d.hv * gw) as i64;
+                $p.tokens.b_stride = (every * d.hv) as i64;
             }
             GateData::Precomputed { g, beta } => {
                 assert_eq!(every, 1, "precomputed gates have no stride");
-                $p.g = g[first * d.hv * gw..].as_ptr();
-                $p.beta = beta[first * d.hv..].as_ptr();
+                $p.tokens.g = g[first * d.hv * gw..].as_ptr();
+                $p.tokens.beta = beta[first * d.hv..].as_ptr();
             }
         }
-        $p.H = d.h as i32;
-        $p.HV = d.hv as i32;
-        $p.K = d.k as i32;
-        $p.V = d.v as i32;
-        $p.scale = data.scale;
-        $p.dtype = data.dtype.to_ffi();
-        $p.variant = data.variant.to_ffi();
-        $p.qk_l2norm = data.qk_l2norm as i32;
+        $p.base.H = d.h as i32;
+        $p.base.HV = d.hv as i32;
+        $p.base.K = d.k as i32;
+        $p.base.V = d.v as i32;
+        $p.tokens.scale = data.scale;
+        $p.base.dtype = data.dtype.to_ffi();
+        $p.base.variant = data.variant.to_ffi();
+        $p.base.qk_l2norm = data.qk_l2norm as i32;
     }};
 }
 
@@ -90,13 +90,14 @@ fn abi_recurrent(data: &RecurrentData) -> (ActBuffer, Vec<f32>) {
     let mut state = data.state.clone();
     let mut p = replayssm_recurrent_params::default();
     tokens!(p, data, 0, 1);
+    p.base.num_layers = 1; // R's pool: one layer
     p.cu_seqlens = data.cu_seqlens.as_ptr();
-    p.slots = data.slots.as_ptr();
-    p.state = state.as_mut_ptr();
-    p.o = o.as_bytes_mut().as_mut_ptr().cast();
-    p.o_stride = (d.hv * d.v) as i64;
+    p.base.slots = data.slots.as_ptr();
+    p.base.state = state.as_mut_ptr();
+    p.tokens.o = o.as_bytes_mut().as_mut_ptr().cast();
+    p.tokens.o_stride = (d.hv * d.v) as i64;
     p.num_tokens = n as i32;
-    p.batch = data.slots.len() as i32;
+    p.base.batch = data.slots.len() as i32;
     p.max_seqlen = data
         .cu_seqlens
         .windows(2)
@@ -104,7 +105,7 @@ fn abi_recurrent(data: &RecurrentData) -> (ActBuffer, Vec<f32>) {
         .max()
         .unwrap_or(1)
         .max(1);
-    p.num_slots = (data.state.len() / d.state_elems()) as i32;
+    p.base.num_slots = (data.state.len() / d.state_elems()) as i32;
     p.write_state = 1;
     // SAFETY: host buffers sized for these params.
     let st = unsafe { replayssm_recurrent(EMU, &p, ptr::null_mut()) };
@@ -177,20 +178,20 @@ fn verify_and_fold_through_the_c_abi_give_the_safe_wrappers_bits() {
         let mut p = replayssm_verify_params::default();
         tokens!(p, data, 0, 1);
         p.cu_seqlens = data.cu_seqlens.as_ptr();
-        p.slots = data.slots.as_ptr();
-        p.state = pool_abi_state.as_ptr();
-        p.o = o_abi.as_bytes_mut().as_mut_ptr().cast();
-        p.o_stride = (d.hv * d.v) as i64;
-        p.ring_v = ring_abi.v.as_bytes_mut().as_mut_ptr().cast();
-        p.ring_k = ring_abi.k.as_bytes_mut().as_mut_ptr().cast();
-        p.ring_g = ring_abi.g.as_mut_ptr();
-        p.ring_beta = ring_abi.beta.as_mut_ptr();
+        p.base.slots = data.slots.as_ptr();
+        p.base.state = pool_abi_state.as_ptr().cast_mut();
+        p.tokens.o = o_abi.as_bytes_mut().as_mut_ptr().cast();
+        p.tokens.o_stride = (d.hv * d.v) as i64;
+        p.ring.v = ring_abi.v.as_bytes_mut().as_mut_ptr().cast();
+        p.ring.k = ring_abi.k.as_bytes_mut().as_mut_ptr().cast();
+        p.ring.g = ring_abi.g.as_mut_ptr();
+        p.ring.beta = ring_abi.beta.as_mut_ptr();
         p.num_tokens = n as i32;
-        p.batch = batch as i32;
+        p.base.batch = batch as i32;
         p.max_seqlen = 4;
-        p.num_slots = num_slots as i32;
-        p.num_layers = layers as i32;
-        p.window = window as i32;
+        p.base.num_slots = num_slots as i32;
+        p.base.num_layers = layers as i32;
+        p.ring.window = window as i32;
         // SAFETY: host buffers sized for these params.
         let st = unsafe { replayssm_verify(EMU, &p, ptr::null_mut()) };
         assert_eq!(st, REPLAYSSM_OK, "{}", last_error());
@@ -205,25 +206,31 @@ fn verify_and_fold_through_the_c_abi_give_the_safe_wrappers_bits() {
 
         let mut word = 0u32;
         let f = replayssm_fold_params {
-            state: pool_abi_state.as_mut_ptr(),
-            ring_v: ring_abi.v.as_bytes().as_ptr().cast(),
-            ring_k: ring_abi.k.as_bytes().as_ptr().cast(),
-            ring_g: ring_abi.g.as_ptr(),
-            ring_beta: ring_abi.beta.as_ptr(),
-            slots: data.slots.as_ptr(),
+            base: replayssm_base_params {
+                state: pool_abi_state.as_mut_ptr(),
+                slots: data.slots.as_ptr(),
+                error_word: &mut word,
+                batch: batch as i32,
+                num_slots: num_slots as i32,
+                num_layers: layers as i32,
+                H: d.h as i32,
+                HV: d.hv as i32,
+                K: d.k as i32,
+                V: d.v as i32,
+                dtype: DType::BF16.to_ffi(),
+                variant: variant.to_ffi(),
+                qk_l2norm: 1,
+                ..Default::default()
+            },
+            ring: replayssm_ring_params {
+                v: ring_abi.v.as_bytes().as_ptr().cast_mut().cast(),
+                k: ring_abi.k.as_bytes().as_ptr().cast_mut().cast(),
+                g: ring_abi.g.as_ptr().cast_mut(),
+                beta: ring_abi.beta.as_ptr().cast_mut(),
+                window: window as i32,
+                ..Default::default()
+            },
             accept_lens: accept.as_ptr(),
-            error_word: &mut word,
-            batch: batch as i32,
-            num_slots: num_slots as i32,
-            num_layers: layers as i32,
-            window: window as i32,
-            H: d.h as i32,
-            HV: d.hv as i32,
-            K: d.k as i32,
-            V: d.v as i32,
-            dtype: DType::BF16.to_ffi(),
-            variant: variant.to_ffi(),
-            qk_l2norm: 1,
             ..Default::default()
         };
         // SAFETY: as above.
@@ -236,7 +243,7 @@ fn verify_and_fold_through_the_c_abi_give_the_safe_wrappers_bits() {
 
 /// Buffered decode driven only through the C ABI, cursors in (host-emulated) device memory:
 /// SNAPSHOT, D for each of two layers, ADVANCE, then MATERIALIZE + RESET, must give kernel R's
-/// outputs and final states bit for bit (SPEC §4 D), forced flushes included.
+/// outputs and final states bit for bit (design §4 D), forced flushes included.
 #[test]
 fn buffered_decode_with_device_cursors_gives_kernel_r_bits() {
     let steps = 7usize;
@@ -297,21 +304,21 @@ fn buffered_decode_with_device_cursors_gives_kernel_r_bits() {
                 let mut p = replayssm_decode_params::default();
                 // Row b is token t of request b: rows `steps` tokens apart.
                 tokens!(p, data, t, steps);
-                p.slots = data.slots.as_ptr();
+                p.base.slots = data.slots.as_ptr();
                 p.positions = positions.as_ptr();
                 p.force_flush = force.as_ptr();
-                p.state = state.as_mut_ptr();
+                p.base.state = state.as_mut_ptr();
                 p.ring_d = ring_d.as_mut_ptr();
                 p.ring_k = ring_k.as_mut_ptr();
                 p.ring_g = ring_g.as_mut_ptr();
                 let orow = d.hv * d.v;
-                p.o = o_layer.as_bytes_mut()[t * orow * 2..].as_mut_ptr().cast();
-                p.o_stride = (steps * orow) as i64;
-                p.error_word = &mut word;
-                p.batch = batch as i32;
-                p.num_slots = num_slots as i32;
-                p.num_layers = layers as i32;
-                p.layer = layer as i32;
+                p.tokens.o = o_layer.as_bytes_mut()[t * orow * 2..].as_mut_ptr().cast();
+                p.tokens.o_stride = (steps * orow) as i64;
+                p.base.error_word = &mut word;
+                p.base.batch = batch as i32;
+                p.base.num_slots = num_slots as i32;
+                p.base.num_layers = layers as i32;
+                p.base.layer = layer as i32;
                 p.cache_len = cache_len as i32;
                 // SAFETY: host buffers sized for these params.
                 let st = unsafe { replayssm_decode(EMU, &p, ptr::null_mut()) };
@@ -340,26 +347,29 @@ fn buffered_decode_with_device_cursors_gives_kernel_r_bits() {
             &mut word,
         );
         let mut p = replayssm_decode_params {
-            slots: data.slots.as_ptr(),
+            base: replayssm_base_params {
+                slots: data.slots.as_ptr(),
+                state: state.as_mut_ptr(),
+                batch: batch as i32,
+                num_slots: num_slots as i32,
+                num_layers: layers as i32,
+                H: d.h as i32,
+                HV: d.hv as i32,
+                K: d.k as i32,
+                V: d.v as i32,
+                dtype: DType::BF16.to_ffi(),
+                variant: variant.to_ffi(),
+                qk_l2norm: 1,
+                ..Default::default()
+            },
             positions: positions.as_ptr(),
-            state: state.as_mut_ptr(),
             ring_d: ring_d.as_mut_ptr(),
             ring_k: ring_k.as_mut_ptr(),
             ring_g: ring_g.as_mut_ptr(),
-            batch: batch as i32,
-            num_slots: num_slots as i32,
-            num_layers: layers as i32,
             cache_len: cache_len as i32,
-            H: d.h as i32,
-            HV: d.hv as i32,
-            K: d.k as i32,
-            V: d.v as i32,
-            dtype: DType::BF16.to_ffi(),
-            variant: variant.to_ffi(),
-            qk_l2norm: 1,
             ..Default::default()
         };
-        p.error_word = &mut word;
+        p.base.error_word = &mut word;
         // SAFETY: as above (materialise reads no token fields).
         let st = unsafe { replayssm_decode_materialize(EMU, &p, ptr::null_mut()) };
         assert_eq!(st, REPLAYSSM_OK, "{}", last_error());
@@ -493,24 +503,30 @@ impl FoldCase {
     fn params(&mut self) -> replayssm_fold_params {
         let d = dims();
         replayssm_fold_params {
-            state: self.state.as_mut_ptr(),
-            ring_v: self.ring_v.as_ptr().cast(),
-            ring_k: self.ring_k.as_ptr().cast(),
-            ring_g: self.ring_g.as_ptr(),
-            ring_beta: self.ring_beta.as_ptr(),
-            slots: self.slots.as_ptr(),
+            base: replayssm_base_params {
+                state: self.state.as_mut_ptr(),
+                slots: self.slots.as_ptr(),
+                batch: 2,
+                num_slots: 2,
+                num_layers: 1,
+                H: d.h as i32,
+                HV: d.hv as i32,
+                K: d.k as i32,
+                V: d.v as i32,
+                dtype: DType::F32.to_ffi(),
+                variant: Variant::Gdn.to_ffi(),
+                qk_l2norm: 1,
+                ..Default::default()
+            },
+            ring: replayssm_ring_params {
+                v: self.ring_v.as_ptr().cast_mut().cast(),
+                k: self.ring_k.as_ptr().cast_mut().cast(),
+                g: self.ring_g.as_ptr().cast_mut(),
+                beta: self.ring_beta.as_ptr().cast_mut(),
+                window: 2,
+                ..Default::default()
+            },
             accept_lens: self.lens.as_ptr(),
-            batch: 2,
-            num_slots: 2,
-            num_layers: 1,
-            window: 2,
-            H: d.h as i32,
-            HV: d.hv as i32,
-            K: d.k as i32,
-            V: d.v as i32,
-            dtype: DType::F32.to_ffi(),
-            variant: Variant::Gdn.to_ffi(),
-            qk_l2norm: 1,
             ..Default::default()
         }
     }
@@ -535,19 +551,19 @@ fn every_kind_of_bad_input_is_a_status_with_a_message_naming_the_field() {
     let cases: Vec<(&str, Edit, replayssm_status, &str)> = vec![
         (
             "state NULL",
-            |p| p.state = ptr::null_mut(),
+            |p| p.base.state = ptr::null_mut(),
             REPLAYSSM_ERR_INVALID_ARGUMENT,
             "state is NULL",
         ),
         (
             "ring_k NULL",
-            |p| p.ring_k = ptr::null(),
+            |p| p.ring.k = ptr::null_mut(),
             REPLAYSSM_ERR_INVALID_ARGUMENT,
-            "ring_k is NULL",
+            "ring.k is NULL",
         ),
         (
             "slots NULL",
-            |p| p.slots = ptr::null(),
+            |p| p.base.slots = ptr::null(),
             REPLAYSSM_ERR_INVALID_ARGUMENT,
             "slots is NULL",
         ),
@@ -565,41 +581,46 @@ fn every_kind_of_bad_input_is_a_status_with_a_message_naming_the_field() {
         ),
         (
             "half a track",
-            |p| p.track_slots = p.slots,
+            |p| p.track_slots = p.base.slots,
             REPLAYSSM_ERR_INVALID_ARGUMENT,
             "track_slots and track_steps",
         ),
-        ("batch 0", |p| p.batch = 0, REPLAYSSM_ERR_INVALID_ARGUMENT, "batch = 0"),
+        (
+            "batch 0",
+            |p| p.base.batch = 0,
+            REPLAYSSM_ERR_INVALID_ARGUMENT,
+            "batch = 0",
+        ),
         (
             "batch huge",
-            |p| p.batch = 1 << 20,
+            |p| p.base.batch = 1 << 20,
             REPLAYSSM_ERR_INVALID_ARGUMENT,
             "batch = 1048576",
         ),
         (
             "negative slots",
-            |p| p.num_slots = -3,
+            |p| p.base.num_slots = -3,
             REPLAYSSM_ERR_INVALID_ARGUMENT,
             "num_slots = -3",
         ),
         (
             "window 0",
-            |p| p.window = 0,
+            |p| p.ring.window = 0,
             REPLAYSSM_ERR_INVALID_ARGUMENT,
             "window = 0",
         ),
         (
             "HV not a multiple of H",
-            |p| p.HV = 3,
+            |p| p.base.HV = 3,
             REPLAYSSM_ERR_INVALID_ARGUMENT,
             "HV = 3 is not a multiple of H = 2",
         ),
-        ("H 0", |p| p.H = 0, REPLAYSSM_ERR_INVALID_ARGUMENT, "H = 0"),
-        ("K 48", |p| p.K = 48, REPLAYSSM_ERR_UNSUPPORTED, "K = 48"),
-        ("dtype 9", |p| p.dtype = 9, REPLAYSSM_ERR_INVALID_ARGUMENT, "dtype"),
+        ("H 0", |p| p.base.H = 0, REPLAYSSM_ERR_INVALID_ARGUMENT, "H = 0"),
+        ("K 48", |p| p.base.K = 48, REPLAYSSM_ERR_UNSUPPORTED, "K = 48"),
+        ("dtype 9", |p| p.base.dtype = 9, REPLAYSSM_ERR_INVALID_ARGUMENT, "dtype"),
         (
             "variant -1",
-            |p| p.variant = -1,
+            |p| p.base.variant = -1,
             REPLAYSSM_ERR_INVALID_ARGUMENT,
             "variant",
         ),
@@ -613,7 +634,7 @@ fn every_kind_of_bad_input_is_a_status_with_a_message_naming_the_field() {
             "struct_size large",
             |p| p.struct_size += 8,
             REPLAYSSM_ERR_STRUCT_SIZE,
-            "expects 160",
+            "expects 176",
         ),
     ];
     for (what, edit, status, needle) in cases {
@@ -719,40 +740,45 @@ fn token_entries_refuse_a_missing_or_double_gate_and_short_strides() {
     let mut state = data.state.clone();
     let mut good = replayssm_recurrent_params::default();
     tokens!(good, data, 0, 1);
+    good.base.num_layers = 1;
     good.cu_seqlens = data.cu_seqlens.as_ptr();
-    good.slots = data.slots.as_ptr();
-    good.state = state.as_mut_ptr();
-    good.o = o.as_bytes_mut().as_mut_ptr().cast();
-    good.o_stride = (d.hv * d.v) as i64;
+    good.base.slots = data.slots.as_ptr();
+    good.base.state = state.as_mut_ptr();
+    good.tokens.o = o.as_bytes_mut().as_mut_ptr().cast();
+    good.tokens.o_stride = (d.hv * d.v) as i64;
     good.num_tokens = n as i32;
-    good.batch = 2;
+    good.base.batch = 2;
     good.max_seqlen = 3;
-    good.num_slots = (data.state.len() / d.state_elems()) as i32;
+    good.base.num_slots = (data.state.len() / d.state_elems()) as i32;
     let g = vec![-0.5f32; n * d.hv];
     type Edit = Box<dyn Fn(&mut replayssm_recurrent_params)>;
     let gp = g.as_ptr();
     let cases: Vec<(&str, Edit, &str)> = vec![
-        ("both gates", Box::new(move |p| p.g = gp), "exactly one gate form"),
+        (
+            "both gates",
+            Box::new(move |p| p.tokens.g = gp),
+            "exactly one gate form",
+        ),
         (
             "no gate",
             Box::new(|p| {
-                p.a = ptr::null();
-                p.b = ptr::null();
-                p.A_log = ptr::null();
-                p.dt_bias = ptr::null()
+                p.tokens.a = ptr::null();
+                p.tokens.b = ptr::null();
+                p.tokens.A_log = ptr::null();
+                p.tokens.dt_bias = ptr::null()
             }),
             "exactly one gate form",
         ),
         (
             "half a raw gate",
-            Box::new(|p| p.dt_bias = ptr::null()),
+            Box::new(|p| p.tokens.dt_bias = ptr::null()),
             "dt_bias (raw gate) is NULL",
         ),
-        ("q NULL", Box::new(|p| p.q = ptr::null()), "q is NULL"),
-        ("short q stride", Box::new(|p| p.q_stride = 3), "q_stride"),
-        ("short o stride", Box::new(|p| p.o_stride = 0), "o_stride"),
-        ("short a stride", Box::new(|p| p.a_stride = 1), "a_stride"),
-        ("nan scale", Box::new(|p| p.scale = f32::NAN), "scale"),
+        ("q NULL", Box::new(|p| p.tokens.q = ptr::null()), "q is NULL"),
+        ("short q stride", Box::new(|p| p.tokens.q_stride = 3), "q_stride"),
+        ("short o stride", Box::new(|p| p.tokens.o_stride = 0), "o_stride"),
+        ("short a stride", Box::new(|p| p.tokens.a_stride = 1), "a_stride"),
+        ("nan scale", Box::new(|p| p.tokens.scale = f32::NAN), "scale"),
         ("write_state 2", Box::new(|p| p.write_state = 2), "write_state"),
         ("max_seqlen 0", Box::new(|p| p.max_seqlen = 0), "max_seqlen"),
     ];

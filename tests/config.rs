@@ -1,4 +1,4 @@
-//! Capability gates (SPEC §5): one test per rule (variant and message), its accepted
+//! Capability gates (design §5): one test per rule (variant and message), its accepted
 //! neighbours, a property test over random flag sets (the `validate` CLI: tools/tests/cli.rs).
 
 use rand::{Rng, SeedableRng};

@@ -30,33 +30,41 @@ fn fold_on_cudarc_buffers_matches_the_emulated_fold() {
     let ring_beta: Vec<f32> = (0..slots * hv * w).map(|_| next()).collect();
     let slot_ids = vec![2i32, -1, 0];
     let lens = vec![3i32, 0, 4];
-    let params = |state: *mut f32, rv, rk, rg, rb, s, l| replayssm_fold_params {
-        state,
-        ring_v: rv,
-        ring_k: rk,
-        ring_g: rg,
-        ring_beta: rb,
-        slots: s,
-        accept_lens: l,
-        batch: 3,
-        num_slots: slots as i32,
-        num_layers: 1,
-        window: w as i32,
-        H: h as i32,
-        HV: hv as i32,
-        K: k as i32,
-        V: v as i32,
-        dtype: 0,
-        variant: 0,
-        qk_l2norm: 1,
-        ..Default::default()
-    };
+    // The ring is read-only to F; the ABI's ring part is shared with V, which writes it.
+    let params =
+        |state: *mut f32, rv: *const f32, rk: *const f32, rg: *const f32, rb: *const f32, s, l| replayssm_fold_params {
+            base: replayssm_base_params {
+                state,
+                slots: s,
+                batch: 3,
+                num_slots: slots as i32,
+                num_layers: 1,
+                H: h as i32,
+                HV: hv as i32,
+                K: k as i32,
+                V: v as i32,
+                dtype: 0,
+                variant: 0,
+                qk_l2norm: 1,
+                ..Default::default()
+            },
+            ring: replayssm_ring_params {
+                v: rv.cast_mut().cast(),
+                k: rk.cast_mut().cast(),
+                g: rg.cast_mut(),
+                beta: rb.cast_mut(),
+                window: w as i32,
+                ..Default::default()
+            },
+            accept_lens: l,
+            ..Default::default()
+        };
 
     let mut emu = state.clone();
     let p = params(
         emu.as_mut_ptr(),
-        ring_v.as_ptr().cast(),
-        ring_k.as_ptr().cast(),
+        ring_v.as_ptr(),
+        ring_k.as_ptr(),
         ring_g.as_ptr(),
         ring_beta.as_ptr(),
         slot_ids.as_ptr(),
@@ -87,15 +95,7 @@ fn fold_on_cudarc_buffers_matches_the_emulated_fold() {
         let (rg, rb) = (DeviceView::read(&d_rg, &stream), DeviceView::read(&d_rb, &stream));
         let (sl, ln) = (DeviceView::read(&d_slots, &stream), DeviceView::read(&d_lens, &stream));
         assert_eq!(s.len(), state.len());
-        let p = params(
-            s.ptr(),
-            rv.ptr().cast(),
-            rk.ptr().cast(),
-            rg.ptr(),
-            rb.ptr(),
-            sl.ptr(),
-            ln.ptr(),
-        );
+        let p = params(s.ptr(), rv.ptr(), rk.ptr(), rg.ptr(), rb.ptr(), sl.ptr(), ln.ptr());
         // SAFETY: every pointer comes from a live view covering the extent of the params.
         unsafe {
             launch(&stream, |raw| {

@@ -1,9 +1,9 @@
-//! Kernel D (buffered decode, SPEC §4 D) and its cursor protocol.
+//! Kernel D (buffered decode, design §4 D) and its cursor protocol.
 //!
 //! Bound tested: the ring keeps the corrected delta `u` and the normalised key in f32 and the
 //! kernel rebuilds the state with kernel R's own float operations, so on one backend D's
 //! outputs and every flushed checkpoint are **bit-identical** to kernel R's for every cache
-//! length (not only L = 1). Against the f64 reference the outputs meet the SPEC §6 tolerance of
+//! length (not only L = 1). Against the f64 reference the outputs meet the design §6 tolerance of
 //! their dtype and the final state `STATE_TOLERANCE`, like R's.
 mod common;
 
@@ -98,7 +98,7 @@ fn check_against_recurrent_once(
     out
 }
 
-/// The SPEC §6 tolerance against the f64 reference (outputs were poisoned: NaN fails).
+/// The design §6 tolerance against the f64 reference (outputs were poisoned: NaN fails).
 fn check_against_f64(data: &RecurrentData, out: &SequenceRun, what: &str) {
     let f64ref = reference::recurrent::<f64>(&data.inputs(), &data.state);
     let c = compare(&out.o.to_f32(), &f64ref.o, output_tolerance(data.dtype));
@@ -618,44 +618,50 @@ fn garbage_device_slots_and_cursors_are_skipped_and_stay_inside_the_buffers() {
             let mut o = vec![f32::NAN; 2 * d.hv * d.v];
             let mut word = 0u32;
             let p = ffi::rssm_decode_params {
-                q: data.q.as_bytes().as_ptr().cast(),
-                k: data.k.as_bytes().as_ptr().cast(),
-                v: data.v.as_bytes().as_ptr().cast(),
-                a: a.as_bytes().as_ptr().cast(),
-                b: b.as_bytes().as_ptr().cast(),
-                A_log: a_log.as_ptr(),
-                dt_bias: dt_bias.as_ptr(),
-                g: std::ptr::null(),
-                beta: std::ptr::null(),
-                slots: slots.as_ptr(),
+                base: ffi::rssm_base_params {
+                    slots: slots.as_ptr(),
+                    state: state[guard..].as_mut_ptr(),
+                    error_word: &mut word,
+                    batch: 2,
+                    num_slots: ns as i32,
+                    num_layers: 1,
+                    layer: 0,
+                    H: d.h as i32,
+                    HV: d.hv as i32,
+                    K: d.k as i32,
+                    V: d.v as i32,
+                    dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
+                    variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
+                    qk_l2norm: 1,
+                    impl_: imp,
+                    ..Default::default()
+                },
+                tokens: ffi::rssm_token_params {
+                    q: data.q.as_bytes().as_ptr().cast(),
+                    k: data.k.as_bytes().as_ptr().cast(),
+                    v: data.v.as_bytes().as_ptr().cast(),
+                    a: a.as_bytes().as_ptr().cast(),
+                    b: b.as_bytes().as_ptr().cast(),
+                    A_log: a_log.as_ptr(),
+                    dt_bias: dt_bias.as_ptr(),
+                    g: std::ptr::null(),
+                    beta: std::ptr::null(),
+                    o: o.as_mut_ptr().cast(),
+                    q_stride: (d.h * d.k) as i64,
+                    k_stride: (d.h * d.k) as i64,
+                    v_stride: (d.hv * d.v) as i64,
+                    a_stride: d.hv as i64,
+                    b_stride: d.hv as i64,
+                    o_stride: (d.hv * d.v) as i64,
+                    scale: data.scale,
+                    ..Default::default()
+                },
                 positions: positions.as_ptr(),
                 force_flush: std::ptr::null(),
-                state: state[guard..].as_mut_ptr(),
                 ring_d: rd[guard..].as_mut_ptr(),
                 ring_k: rk[guard..].as_mut_ptr(),
                 ring_g: rg[guard..].as_mut_ptr(),
-                o: o.as_mut_ptr().cast(),
-                error_word: &mut word,
-                q_stride: (d.h * d.k) as i64,
-                k_stride: (d.h * d.k) as i64,
-                v_stride: (d.hv * d.v) as i64,
-                a_stride: d.hv as i64,
-                b_stride: d.hv as i64,
-                o_stride: (d.hv * d.v) as i64,
-                batch: 2,
-                num_slots: ns as i32,
-                num_layers: 1,
-                layer: 0,
                 cache_len: l as i32,
-                H: d.h as i32,
-                HV: d.hv as i32,
-                K: d.k as i32,
-                V: d.v as i32,
-                scale: data.scale,
-                dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
-                variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
-                qk_l2norm: 1,
-                impl_: imp,
                 ..Default::default()
             };
             // SAFETY: host buffers sized for these params; only the device-side indices are garbage.

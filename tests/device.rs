@@ -26,7 +26,7 @@ const DIMS: HeadDims = HeadDims {
     v: 32,
 };
 
-/// A fresh seed per run (SPEC §6), printed so that a failure can be replayed.
+/// A fresh seed per run (design §6), printed so that a failure can be replayed.
 fn fresh(n: u64) -> u64 {
     let s = n + 1000 * std::process::id() as u64;
     println!("seed {s}");

@@ -4,6 +4,7 @@
 mod common;
 
 use common::spec;
+use replayssm::checks::can_implement::rssm_recurrent_can_implement;
 use replayssm::ffi;
 use replayssm::{ActBuffer, DType, HeadDims, Variant};
 use replayssm_tools::workload::{GateData, RecurrentData};
@@ -34,36 +35,43 @@ fn launch(slots: &[i32], cu: &[i32]) -> (Launch, ffi::rssm_status) {
         unreachable!()
     };
     let p = ffi::rssm_recurrent_params {
-        q: l.data.q.as_bytes().as_ptr().cast(),
-        k: l.data.k.as_bytes().as_ptr().cast(),
-        v: l.data.v.as_bytes().as_ptr().cast(),
-        a: a.as_bytes().as_ptr().cast(),
-        b: b.as_bytes().as_ptr().cast(),
-        A_log: a_log.as_ptr(),
-        dt_bias: dt_bias.as_ptr(),
+        base: ffi::rssm_base_params {
+            slots: slots.as_ptr(),
+            state: l.state.as_mut_ptr(),
+            error_word: &mut l.error_word,
+            batch: 3,
+            num_slots: (l.state.len() / dims.state_elems()) as i32,
+            H: 1,
+            HV: 2,
+            K: 32,
+            V: 32,
+            dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
+            variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
+            qk_l2norm: 1,
+            num_layers: 1,
+            ..Default::default()
+        },
+        tokens: ffi::rssm_token_params {
+            q: l.data.q.as_bytes().as_ptr().cast(),
+            k: l.data.k.as_bytes().as_ptr().cast(),
+            v: l.data.v.as_bytes().as_ptr().cast(),
+            a: a.as_bytes().as_ptr().cast(),
+            b: b.as_bytes().as_ptr().cast(),
+            A_log: a_log.as_ptr(),
+            dt_bias: dt_bias.as_ptr(),
+            o: l.o.as_bytes().as_ptr() as *mut _,
+            q_stride: 32,
+            k_stride: 32,
+            v_stride: 64,
+            a_stride: 2,
+            b_stride: 2,
+            o_stride: 64,
+            scale: 0.17,
+            ..Default::default()
+        },
         cu_seqlens: cu.as_ptr(),
-        slots: slots.as_ptr(),
-        state: l.state.as_mut_ptr(),
-        o: l.o.as_bytes().as_ptr() as *mut _,
-        error_word: &mut l.error_word,
-        q_stride: 32,
-        k_stride: 32,
-        v_stride: 64,
-        a_stride: 2,
-        b_stride: 2,
-        o_stride: 64,
         num_tokens: n as i32,
-        batch: 3,
         max_seqlen: 4,
-        num_slots: (l.state.len() / dims.state_elems()) as i32,
-        H: 1,
-        HV: 2,
-        K: 32,
-        V: 32,
-        scale: 0.17,
-        dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
-        variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
-        qk_l2norm: 1,
         write_state: 1,
         ..Default::default()
     };
@@ -118,20 +126,20 @@ fn can_implement_rejects_what_the_host_can_see() {
     let mut p = ffi::rssm_recurrent_params::default();
     // SAFETY: validation only reads the struct.
     assert_eq!(
-        unsafe { ffi::rssm_recurrent_can_implement(&p) },
+        unsafe { rssm_recurrent_can_implement(&p, 1) },
         ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT
     );
     assert_eq!(
-        unsafe { ffi::rssm_recurrent_can_implement(std::ptr::null()) },
+        unsafe { rssm_recurrent_can_implement(std::ptr::null(), 1) },
         ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT
     );
     assert_eq!(
         unsafe { ffi::rssm_emu_recurrent(&p, std::ptr::null_mut()) },
         ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT
     );
-    p.K = 48;
+    p.base.K = 48;
     assert_eq!(
-        unsafe { ffi::rssm_recurrent_can_implement(&p) },
+        unsafe { rssm_recurrent_can_implement(&p, 1) },
         ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT
     );
 }

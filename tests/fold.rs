@@ -1,7 +1,8 @@
-//! Kernels F and P (SPEC §4 F, P) on the Emulated and Reference backends: fold and replay
-//! bit-identical to kernel R over long chains of commits (tests/common/spec_chain.rs runs both),
-//! track snapshots, every S1 rejection of V, F and P as a typed error before launch, and garbage
-//! device-side slots.
+//! Kernel F (design §4 F) on the Emulated and Reference backends: fold, and kernel P's replay
+//! with it, bit-identical to kernel R over long chains of commits (tests/common/spec_chain.rs
+//! commits each step through F, P and R from one start), track snapshots, every S1 rejection of
+//! V and F as a typed error before launch, and garbage device-side slots. P's own tests:
+//! tests/replay.rs.
 mod common;
 
 use common::spec_chain::{chain, pool_for, rng, run_verify, small, spec_pool};
@@ -11,12 +12,12 @@ use rand::Rng;
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
 use replayssm::ring::{RingShape, SpecRing};
-use replayssm::spec::{fold, replay, track_step, Track};
+use replayssm::spec::{fold, track_step, Track};
 use replayssm::{CheckpointPool, DType, Error, HeadDims, Variant};
 use replayssm_tools::workload::RecurrentData;
 
 /// Commits per variant of the long chains; `REPLAYSSM_CHAIN_COMMITS` overrides (CI keeps the
-/// SPEC §6 minimum of 10 000).
+/// design §6 minimum of 10 000).
 fn chain_commits(default: usize) -> usize {
     std::env::var("REPLAYSSM_CHAIN_COMMITS")
         .ok()
@@ -196,7 +197,7 @@ fn every_s1_rejection_is_a_typed_error_before_launch() {
             "a refused verify wrote the ring"
         );
 
-        // Fold and replay.
+        // Fold (replay's: tests/replay.rs).
         run_verify(backend, &data, &pool, 0, Some(&mut ring)).unwrap();
         let mut p = spec_pool(&shape, pool.state());
         let before = p.state().to_vec();
@@ -241,17 +242,11 @@ fn every_s1_rejection_is_a_typed_error_before_launch() {
             });
             let e = fold(backend, &mut p, &ring, &slots, &lens, t).expect_err(what);
             println!("{backend} fold {what}: {e}");
-            if track.is_none() {
-                let e = replay(backend, &mut p, &ring, 0, &slots, &lens).expect_err(what);
-                println!("{backend} replay {what}: {e}");
-            }
         }
         assert!(
             bits_equal(p.state(), &before).is_ok(),
-            "{backend}: a refused fold or replay changed the pool"
+            "{backend}: a refused fold changed the pool"
         );
-        let e = replay(backend, &mut p, &ring, 2, &[0, 1], &[1, 1]).unwrap_err();
-        assert!(matches!(e, Error::InvalidValue { what: "layer", .. }), "{e}");
         let other_pool = RingShape {
             slots: shape.slots + 1,
             ..shape
@@ -290,28 +285,34 @@ fn fold_of_a_garbage_device_slot_is_skipped_and_stays_inside_the_pool() {
             let mut word = 0u32;
             let d = shape.dims;
             let p = ffi::rssm_fold_params {
-                state: b[guard..].as_mut_ptr(),
-                ring_v: ring.v.as_bytes().as_ptr().cast(),
-                ring_k: ring.k.as_bytes().as_ptr().cast(),
-                ring_g: ring.g.as_ptr(),
-                ring_beta: ring.beta.as_ptr(),
-                slots: slots.as_ptr(),
+                base: ffi::rssm_base_params {
+                    state: b[guard..].as_mut_ptr(),
+                    slots: slots.as_ptr(),
+                    error_word: &mut word,
+                    batch: 2,
+                    num_slots: shape.slots as i32,
+                    num_layers: shape.layers as i32,
+                    H: d.h as i32,
+                    HV: d.hv as i32,
+                    K: d.k as i32,
+                    V: d.v as i32,
+                    dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
+                    variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
+                    qk_l2norm: 1,
+                    impl_: imp as i32,
+                    ..Default::default()
+                },
+                ring: ffi::rssm_ring_params {
+                    v: ring.v.as_bytes().as_ptr().cast_mut().cast(),
+                    k: ring.k.as_bytes().as_ptr().cast_mut().cast(),
+                    g: ring.g.as_ptr().cast_mut(),
+                    beta: ring.beta.as_ptr().cast_mut(),
+                    window: shape.window as i32,
+                    ..Default::default()
+                },
                 accept_lens: lens.as_ptr(),
                 track_slots: tslots.as_ptr(),
                 track_steps: tsteps.as_ptr(),
-                error_word: &mut word,
-                batch: 2,
-                num_slots: shape.slots as i32,
-                num_layers: shape.layers as i32,
-                window: shape.window as i32,
-                H: d.h as i32,
-                HV: d.hv as i32,
-                K: d.k as i32,
-                V: d.v as i32,
-                dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
-                variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
-                qk_l2norm: 1,
-                impl_: imp as i32,
                 ..Default::default()
             };
             // SAFETY: host buffers sized for these params; only the device-side indices are garbage.

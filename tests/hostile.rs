@@ -271,25 +271,25 @@ enum Params {
 
 macro_rules! token_fields {
     ($p:expr, $w:expr, $rows:expr) => {{
-        $p.q = $w.q.ptr().cast();
-        $p.k = $w.k.ptr().cast();
-        $p.v = $w.v.ptr().cast();
-        $p.g = $w.g.ptr();
-        $p.beta = $w.beta.ptr();
-        $p.o = $w.o.ptr().cast();
-        $p.error_word = $w.word.ptr();
-        $p.q_stride = (H * K) as i64;
-        $p.k_stride = (H * K) as i64;
-        $p.v_stride = (HV * V) as i64;
-        $p.o_stride = (HV * V) as i64;
-        $p.H = H as i32;
-        $p.HV = HV as i32;
-        $p.K = K as i32;
-        $p.V = V as i32;
-        $p.scale = (K as f32).powf(-0.5);
-        $p.dtype = 0;
-        $p.variant = 0;
-        $p.qk_l2norm = 1;
+        $p.tokens.q = $w.q.ptr().cast();
+        $p.tokens.k = $w.k.ptr().cast();
+        $p.tokens.v = $w.v.ptr().cast();
+        $p.tokens.g = $w.g.ptr();
+        $p.tokens.beta = $w.beta.ptr();
+        $p.tokens.o = $w.o.ptr().cast();
+        $p.base.error_word = $w.word.ptr();
+        $p.tokens.q_stride = (H * K) as i64;
+        $p.tokens.k_stride = (H * K) as i64;
+        $p.tokens.v_stride = (HV * V) as i64;
+        $p.tokens.o_stride = (HV * V) as i64;
+        $p.base.H = H as i32;
+        $p.base.HV = HV as i32;
+        $p.base.K = K as i32;
+        $p.base.V = V as i32;
+        $p.tokens.scale = (K as f32).powf(-0.5);
+        $p.base.dtype = 0;
+        $p.base.variant = 0;
+        $p.base.qk_l2norm = 1;
     }};
 }
 
@@ -300,18 +300,18 @@ macro_rules! verify_fields {
         token_fields!($p, $w, N);
         $p.cu_seqlens = $w.cu.ptr();
         $p.parent = $w.parent.ptr();
-        $p.slots = $w.slots.ptr();
-        $p.state = $w.state.ptr();
-        $p.ring_v = $w.ring_v.ptr().cast();
-        $p.ring_k = $w.ring_k.ptr().cast();
-        $p.ring_g = $w.ring_g.ptr();
-        $p.ring_beta = $w.ring_beta.ptr();
+        $p.base.slots = $w.slots.ptr();
+        $p.base.state = $w.state.ptr();
+        $p.ring.v = $w.ring_v.ptr().cast();
+        $p.ring.k = $w.ring_k.ptr().cast();
+        $p.ring.g = $w.ring_g.ptr();
+        $p.ring.beta = $w.ring_beta.ptr();
         $p.num_tokens = N as i32;
-        $p.batch = B as i32;
+        $p.base.batch = B as i32;
         $p.max_seqlen = T as i32;
-        $p.num_slots = NS as i32;
-        $p.num_layers = NL as i32;
-        $p.layer = 1;
+        $p.base.num_slots = NS as i32;
+        $p.base.num_layers = NL as i32;
+        $p.base.layer = 1;
     }};
 }
 
@@ -323,64 +323,77 @@ impl Entry {
                 let mut p = replayssm_recurrent_params::default();
                 token_fields!(p, w, N);
                 p.cu_seqlens = w.cu.ptr();
-                p.slots = w.slots.ptr();
+                p.base.slots = w.slots.ptr();
                 // R's pool is one layer: [NS, HV, V, K] (the first layer of the world's).
-                p.state = w.state.ptr();
+                p.base.state = w.state.ptr();
                 p.snapshots = w.snapshots.ptr();
                 p.num_tokens = N as i32;
-                p.batch = B as i32;
+                p.base.batch = B as i32;
                 p.max_seqlen = T as i32;
-                p.num_slots = NS as i32;
+                p.base.num_slots = NS as i32;
+                p.base.num_layers = 1;
                 p.write_state = 1;
                 Params::Recurrent(p)
             }
             Entry::Verify => {
                 let mut p = replayssm_verify_params::default();
                 verify_fields!(p, w);
-                p.window = W as i32;
+                p.ring.window = W as i32;
                 Params::Verify(p)
             }
             Entry::Fold => Params::Fold(replayssm_fold_params {
-                state: w.state.ptr(),
-                ring_v: w.ring_v.ptr().cast(),
-                ring_k: w.ring_k.ptr().cast(),
-                ring_g: w.ring_g.ptr(),
-                ring_beta: w.ring_beta.ptr(),
-                slots: w.slots.ptr(),
+                base: replayssm_base_params {
+                    state: w.state.ptr(),
+                    slots: w.slots.ptr(),
+                    error_word: w.word.ptr(),
+                    batch: B as i32,
+                    num_slots: NS as i32,
+                    num_layers: NL as i32,
+                    H: H as i32,
+                    HV: HV as i32,
+                    K: K as i32,
+                    V: V as i32,
+                    qk_l2norm: 1,
+                    ..Default::default()
+                },
+                ring: replayssm_ring_params {
+                    v: w.ring_v.ptr().cast(),
+                    k: w.ring_k.ptr().cast(),
+                    g: w.ring_g.ptr(),
+                    beta: w.ring_beta.ptr(),
+                    window: W as i32,
+                    ..Default::default()
+                },
                 accept_lens: w.lens.ptr(),
                 track_slots: w.track_slots.ptr(),
                 track_steps: w.track_steps.ptr(),
-                error_word: w.word.ptr(),
-                batch: B as i32,
-                num_slots: NS as i32,
-                num_layers: NL as i32,
-                window: W as i32,
-                H: H as i32,
-                HV: HV as i32,
-                K: K as i32,
-                V: V as i32,
-                qk_l2norm: 1,
                 ..Default::default()
             }),
             Entry::Replay => Params::Replay(replayssm_replay_params {
-                state: w.state.ptr(),
-                ring_v: w.ring_v.ptr().cast(),
-                ring_k: w.ring_k.ptr().cast(),
-                ring_g: w.ring_g.ptr(),
-                ring_beta: w.ring_beta.ptr(),
-                slots: w.slots.ptr(),
+                base: replayssm_base_params {
+                    state: w.state.ptr(),
+                    slots: w.slots.ptr(),
+                    error_word: w.word.ptr(),
+                    batch: B as i32,
+                    num_slots: NS as i32,
+                    num_layers: NL as i32,
+                    layer: 1,
+                    H: H as i32,
+                    HV: HV as i32,
+                    K: K as i32,
+                    V: V as i32,
+                    qk_l2norm: 1,
+                    ..Default::default()
+                },
+                ring: replayssm_ring_params {
+                    v: w.ring_v.ptr().cast(),
+                    k: w.ring_k.ptr().cast(),
+                    g: w.ring_g.ptr(),
+                    beta: w.ring_beta.ptr(),
+                    window: W as i32,
+                    ..Default::default()
+                },
                 counts: w.lens.ptr(),
-                error_word: w.word.ptr(),
-                batch: B as i32,
-                num_slots: NS as i32,
-                num_layers: NL as i32,
-                layer: 1,
-                window: W as i32,
-                H: H as i32,
-                HV: HV as i32,
-                K: K as i32,
-                V: V as i32,
-                qk_l2norm: 1,
                 ..Default::default()
             }),
             Entry::Decode | Entry::Materialize => {
@@ -389,23 +402,23 @@ impl Entry {
                     token_fields!(p, w, B);
                     p.force_flush = w.force.ptr();
                 } else {
-                    p.error_word = w.word.ptr();
-                    p.H = H as i32;
-                    p.HV = HV as i32;
-                    p.K = K as i32;
-                    p.V = V as i32;
-                    p.qk_l2norm = 1;
+                    p.base.error_word = w.word.ptr();
+                    p.base.H = H as i32;
+                    p.base.HV = HV as i32;
+                    p.base.K = K as i32;
+                    p.base.V = V as i32;
+                    p.base.qk_l2norm = 1;
                 }
-                p.slots = w.slots.ptr();
+                p.base.slots = w.slots.ptr();
                 p.positions = w.positions.ptr();
-                p.state = w.state.ptr();
+                p.base.state = w.state.ptr();
                 p.ring_d = w.ring_d.ptr();
                 p.ring_k = w.dring_k.ptr();
                 p.ring_g = w.dring_g.ptr();
-                p.batch = B as i32;
-                p.num_slots = NS as i32;
-                p.num_layers = NL as i32;
-                p.layer = 1;
+                p.base.batch = B as i32;
+                p.base.num_slots = NS as i32;
+                p.base.num_layers = NL as i32;
+                p.base.layer = 1;
                 p.cache_len = L as i32;
                 Params::Decode(p, self == Entry::Materialize)
             }
@@ -425,8 +438,9 @@ impl Entry {
                 // Tree verify (parent set) of layer 1 on the 2 WD ring, folding each live slot's
                 // pending records first; row 0 snapshots its step 1 into free slot 0.
                 let mut p = replayssm_verify_fold_params::default();
-                verify_fields!(p, w);
-                p.window = (2 * WD) as i32;
+                verify_fields!(p.verify, w);
+                p.verify.struct_size = std::mem::size_of::<replayssm_verify_params>() as u32;
+                p.verify.ring.window = (2 * WD) as i32;
                 p.pending = w.pending.ptr();
                 p.track_slots = w.track_slots.ptr();
                 p.track_steps = w.track_steps.ptr();
@@ -507,7 +521,7 @@ impl Params {
             Params::Decode(p, false) => ffi::rssm_emu_decode(&p.kernel(), s),
             Params::Decode(p, true) => {
                 let mut k = p.kernel();
-                k.layer = 0;
+                k.base.layer = 0;
                 ffi::rssm_emu_decode_materialize(&k, s)
             }
             Params::Cursors(p) => ffi::rssm_emu_decode_cursors(&p.kernel(), s),
@@ -556,10 +570,10 @@ fn same_slot(w: &mut World, _: &mut Params) {
 
 /// An edit that sets one field of one entry's params (`set!(Fold, flags = 1)`).
 macro_rules! set {
-    ($variant:ident, $field:ident = $value:expr) => {
+    ($variant:ident, $($field:ident).+ = $value:expr) => {
         |_: &mut World, p: &mut Params| {
             if let Params::$variant(q, ..) = p {
-                q.$field = $value;
+                q.$($field).+ = $value;
             }
         }
     };
@@ -745,7 +759,7 @@ fn catalogue() -> Vec<Named> {
         (
             Verify,
             "ring window smaller than max_seqlen",
-            set!(Verify, window = 1),
+            set!(Verify, ring.window = 1),
             INV,
             "window = 1 is smaller than max_seqlen = 2",
         ),
@@ -754,56 +768,56 @@ fn catalogue() -> Vec<Named> {
         (
             Verify,
             "state slot pitch below a slot",
-            set!(Verify, state_slot_stride = 4),
+            set!(Verify, base.state_slot_stride = 4),
             INV,
             "state_slot_stride = 4 is smaller than one slot's checkpoint",
         ),
         (
             Fold,
             "state layers one float apart",
-            set!(Fold, state_layer_stride = 4),
+            set!(Fold, base.state_layer_stride = 4),
             INV,
             "state_layer_stride = 4 with state_slot_stride = 0: the 2 layers' checkpoints overlap",
         ),
         (
             Recurrent,
             "negative state slot pitch",
-            set!(Recurrent, state_slot_stride = -4),
+            set!(Recurrent, base.state_slot_stride = -4),
             INV,
             "state_slot_stride = -4: expected 0 (packed) or a multiple of 4",
         ),
         (
             Decode,
             "state slot pitch not whole float4s",
-            set!(Decode, state_slot_stride = 1 << 20 | 2),
+            set!(Decode, base.state_slot_stride = 1 << 20 | 2),
             INV,
             "state_slot_stride = 1048578",
         ),
         (
             Replay,
             "state slot pitch past 2^40",
-            set!(Replay, state_slot_stride = 1 << 44),
+            set!(Replay, base.state_slot_stride = 1 << 44),
             INV,
             "state_slot_stride = 17592186044416",
         ),
         (
             Fold,
             "huge num_layers",
-            set!(Fold, num_layers = 1 << 20),
+            set!(Fold, base.num_layers = 1 << 20),
             INV,
             "num_layers = 1048576",
         ),
         (
             Fold,
             "V = 2^31 - 1",
-            set!(Fold, V = i32::MAX),
+            set!(Fold, base.V = i32::MAX),
             INV,
             "V (value head dim) = 2147483647, must be in 1..=65536",
         ),
         (
             Recurrent,
             "V = 2^31 - 1",
-            set!(Recurrent, V = i32::MAX),
+            set!(Recurrent, base.V = i32::MAX),
             INV,
             "V (value head dim) = 2147483647",
         ),
@@ -812,10 +826,10 @@ fn catalogue() -> Vec<Named> {
             "state extent overflows",
             |_, p| {
                 if let Params::Fold(f) = p {
-                    f.num_slots = i32::MAX;
-                    f.HV = 65535;
-                    f.V = 65536;
-                    f.K = 256;
+                    f.base.num_slots = i32::MAX;
+                    f.base.HV = 65535;
+                    f.base.V = 65536;
+                    f.base.K = 256;
                 }
             },
             INV,
@@ -823,7 +837,13 @@ fn catalogue() -> Vec<Named> {
         ),
         // Item 11: non-zero flags / reserved, strides that overflow 64-bit addressing.
         (Recurrent, "flags set", set!(Recurrent, flags = 4), INV, "flags = 0x4"),
-        (Verify, "reserved set", set!(Verify, reserved = 1), INV, "reserved = 1"),
+        (
+            Verify,
+            "reserved set",
+            set!(Verify, base.reserved = 1),
+            INV,
+            "reserved = 1",
+        ),
         (Fold, "flags set", set!(Fold, flags = 1), INV, "flags = 0x1"),
         (
             Cursors,
@@ -842,21 +862,21 @@ fn catalogue() -> Vec<Named> {
         (
             Recurrent,
             "q stride x tokens overflows",
-            set!(Recurrent, q_stride = i64::MAX / 2),
+            set!(Recurrent, tokens.q_stride = i64::MAX / 2),
             INV,
             "q: 4 rows of stride",
         ),
         (
             Decode,
             "o stride x rows overflows",
-            set!(Decode, o_stride = i64::MAX),
+            set!(Decode, tokens.o_stride = i64::MAX),
             INV,
             "o: 2 rows of stride",
         ),
         (
             Verify,
             "v stride x tokens wraps",
-            set!(Verify, v_stride = 1 << 62),
+            set!(Verify, tokens.v_stride = 1 << 62),
             INV,
             "v: 4 rows of stride 4611686018427387904",
         ),
@@ -966,28 +986,28 @@ fn deferred_catalogue() -> Vec<Named> {
         (
             VerifyFold,
             "window odd",
-            set!(VerifyFold, window = 3),
+            set!(VerifyFold, verify.ring.window = 3),
             INV,
             "window = 3: the deferred ring holds two windows, so it must be 2 W with W in 1..=16",
         ),
         (
             VerifyFold,
             "W over the max",
-            set!(VerifyFold, window = 34),
+            set!(VerifyFold, verify.ring.window = 34),
             INV,
             "window = 34: the deferred ring holds two windows",
         ),
         (
             VerifyFold,
             "W smaller than max_seqlen",
-            set!(VerifyFold, max_seqlen = 3),
+            set!(VerifyFold, verify.max_seqlen = 3),
             INV,
             "max_seqlen = 3 exceeds W = 2 (window / 2)",
         ),
         (
             VerifyFold,
             "window smaller than max_seqlen",
-            set!(VerifyFold, window = 1),
+            set!(VerifyFold, verify.ring.window = 1),
             INV,
             "window = 1 is smaller than max_seqlen = 2",
         ),
@@ -996,21 +1016,21 @@ fn deferred_catalogue() -> Vec<Named> {
             "no ring",
             |_, p| {
                 if let Params::VerifyFold(q) = p {
-                    q.ring_v = ptr::null_mut();
-                    q.ring_k = ptr::null_mut();
-                    q.ring_g = ptr::null_mut();
-                    q.ring_beta = ptr::null_mut();
+                    q.verify.ring.v = ptr::null_mut();
+                    q.verify.ring.k = ptr::null_mut();
+                    q.verify.ring.g = ptr::null_mut();
+                    q.verify.ring.beta = ptr::null_mut();
                 }
             },
             INV,
-            "VF writes the new window to the ring: set ring_v, ring_k, ring_g, ring_beta",
+            "VF writes the new window to the ring: set ring.v, ring.k, ring.g, ring.beta",
         ),
         (
             VerifyFold,
             "half a ring",
-            set!(VerifyFold, ring_g = ptr::null_mut()),
+            set!(VerifyFold, verify.ring.g = ptr::null_mut()),
             INV,
-            "ring_v, ring_k, ring_g, ring_beta: set all four",
+            "ring.v, ring.k, ring.g, ring.beta: set all four",
         ),
         // The track, against the pending counts.
         (
@@ -1073,7 +1093,7 @@ fn deferred_catalogue() -> Vec<Named> {
         (
             VerifyFold,
             "layer = num_layers",
-            set!(VerifyFold, layer = 2),
+            set!(VerifyFold, verify.base.layer = 2),
             INV,
             "layer = 2, must be in 0..=1",
         ),
@@ -1081,7 +1101,7 @@ fn deferred_catalogue() -> Vec<Named> {
         (
             VerifyFold,
             "reserved set",
-            set!(VerifyFold, reserved = 7),
+            set!(VerifyFold, verify.base.reserved = 7),
             INV,
             "reserved = 7",
         ),
@@ -1093,12 +1113,12 @@ fn deferred_catalogue() -> Vec<Named> {
                 struct_size = std::mem::size_of::<replayssm_verify_params>() as u32
             ),
             REPLAYSSM_ERR_STRUCT_SIZE,
-            "replayssm_verify_fold_params.struct_size is 288",
+            "replayssm_verify_fold_params.struct_size is 296",
         ),
         (
             VerifyFold,
             "v stride x tokens wraps",
-            set!(VerifyFold, v_stride = 1 << 62),
+            set!(VerifyFold, verify.tokens.v_stride = 1 << 62),
             INV,
             "v: 4 rows of stride 4611686018427387904",
         ),
@@ -1672,8 +1692,8 @@ fn tokens_outside_every_request_are_flagged_and_zeroed_by_the_kernels() {
                 match (&p, staged) {
                     (Params::Verify(v), true) => {
                         let mut k = v.kernel();
-                        k.impl_ = ffi::rssm_impl_RSSM_IMPL_STAGED as i32;
-                        k.block_rows = 16;
+                        k.base.impl_ = ffi::rssm_impl_RSSM_IMPL_STAGED as i32;
+                        k.base.block_rows = 16;
                         ffi::rssm_emu_verify(&k, ptr::null_mut())
                     }
                     _ => p.launch_kernel(),
@@ -1871,21 +1891,21 @@ fn garbage_i32(rng: &mut ChaCha8Rng) -> i32 {
 fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
     // Fields every entry has that are refused outright when out of range.
     macro_rules! dims {
-        ($q:expr) => {{
+        ($q:expr, $($b:ident).+) => {{
             let q = $q;
             match rng.gen_range(0..10) {
-                0 => q.H = pick(rng, &[0, -1, i32::MIN, 3]),
-                1 => q.HV = pick(rng, &[0, -2, 65536, i32::MAX]),
-                2 => q.K = pick(rng, &[0, 16, 33, 48, 512, -32, i32::MAX]),
-                3 => q.V = pick(rng, &[0, -8, 65537, i32::MAX]),
-                4 => q.dtype = pick(rng, &[-1, 3, 7, i32::MAX]),
-                5 => q.variant = pick(rng, &[-1, 2, i32::MIN]),
-                6 => q.qk_l2norm = pick(rng, &[-1, 2, 255]),
+                0 => q.$($b).+.H = pick(rng, &[0, -1, i32::MIN, 3]),
+                1 => q.$($b).+.HV = pick(rng, &[0, -2, 65536, i32::MAX]),
+                2 => q.$($b).+.K = pick(rng, &[0, 16, 33, 48, 512, -32, i32::MAX]),
+                3 => q.$($b).+.V = pick(rng, &[0, -8, 65537, i32::MAX]),
+                4 => q.$($b).+.dtype = pick(rng, &[-1, 3, 7, i32::MAX]),
+                5 => q.$($b).+.variant = pick(rng, &[-1, 2, i32::MIN]),
+                6 => q.$($b).+.qk_l2norm = pick(rng, &[-1, 2, 255]),
                 7 => q.flags = rng.gen_range(1..=u32::MAX),
                 8 => q.struct_size = pick(rng, &[0, 4, 8, q.struct_size + 8, q.struct_size - 8, u32::MAX]),
                 _ => {
                     // A smaller V stays inside every buffer.
-                    q.V = rng.gen_range(1..V as i32);
+                    q.$($b).+.V = rng.gen_range(1..V as i32);
                     return Expect::Either;
                 }
             }
@@ -1893,27 +1913,27 @@ fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
         }};
     }
     macro_rules! tokens {
-        ($q:expr, $rows:expr) => {{
+        ($q:expr, $rows:expr, $($t:ident).+; $($b:ident).+) => {{
             let q = $q;
             match rng.gen_range(0..8) {
-                0 => q.q = ptr::null(),
-                1 => q.v = ptr::null(),
-                2 => q.o = ptr::null_mut(),
-                3 => q.a = q.g.cast(),  // both gate forms
-                4 => q.g = ptr::null(), // half a gate
-                5 => q.scale = pick(rng, &[f32::NAN, f32::INFINITY, -f32::INFINITY]),
+                0 => q.$($t).+.q = ptr::null(),
+                1 => q.$($t).+.v = ptr::null(),
+                2 => q.$($t).+.o = ptr::null_mut(),
+                3 => q.$($t).+.a = q.$($t).+.g.cast(),  // both gate forms
+                4 => q.$($t).+.g = ptr::null(), // half a gate
+                5 => q.$($t).+.scale = pick(rng, &[f32::NAN, f32::INFINITY, -f32::INFINITY]),
                 6 => {
                     let s = pick(rng, &[-1i64, 0, 1, i64::MIN, i64::MAX, 1 << 62, i64::MAX / 3]);
                     match rng.gen_range(0..4) {
-                        0 => q.q_stride = s,
-                        1 => q.k_stride = s,
-                        2 => q.v_stride = s,
-                        _ => q.o_stride = s,
+                        0 => q.$($t).+.q_stride = s,
+                        1 => q.$($t).+.k_stride = s,
+                        2 => q.$($t).+.v_stride = s,
+                        _ => q.$($t).+.o_stride = s,
                     }
                 }
-                _ => q.error_word = ptr::null_mut(), // optional: no device word
+                _ => q.$($b).+.error_word = ptr::null_mut(), // optional: no device word
             }
-            if q.error_word.is_null() {
+            if q.$($b).+.error_word.is_null() {
                 Expect::Either
             } else {
                 Expect::Refuse
@@ -1922,14 +1942,14 @@ fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
     }
     match p {
         Params::Recurrent(q) => match rng.gen_range(0..4) {
-            0 => dims!(q),
-            1 => tokens!(q, N),
+            0 => dims!(q, base),
+            1 => tokens!(q, N, tokens; base),
             2 => {
                 match rng.gen_range(0..6) {
-                    0 => q.batch = pick(rng, &[0, -1, 65536, i32::MAX]),
+                    0 => q.base.batch = pick(rng, &[0, -1, 65536, i32::MAX]),
                     1 => q.num_tokens = pick(rng, &[-1, i32::MIN]),
                     2 => q.max_seqlen = pick(rng, &[0, -5]),
-                    3 => q.num_slots = pick(rng, &[0, -1, i32::MIN]),
+                    3 => q.base.num_slots = pick(rng, &[0, -1, i32::MIN]),
                     4 => q.write_state = pick(rng, &[2, -1, 77]),
                     _ => q.reserved = garbage_i32(rng) | 1,
                 }
@@ -1939,24 +1959,24 @@ fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
                 match rng.gen_range(0..3) {
                     0 => q.snapshots = ptr::null_mut(),
                     1 => q.write_state = 0,
-                    _ => q.num_slots = rng.gen_range(1..NS as i32), // may orphan a live slot
+                    _ => q.base.num_slots = rng.gen_range(1..NS as i32), // may orphan a live slot
                 }
                 Expect::Either
             }
         },
         Params::Verify(q) => match rng.gen_range(0..4) {
-            0 => dims!(q),
-            1 => tokens!(q, N),
+            0 => dims!(q, base),
+            1 => tokens!(q, N, tokens; base),
             2 => {
                 match rng.gen_range(0..8) {
-                    0 => q.batch = pick(rng, &[0, -1, 65536]),
+                    0 => q.base.batch = pick(rng, &[0, -1, 65536]),
                     1 => q.max_seqlen = pick(rng, &[0, 17, -1, i32::MAX]),
-                    2 => q.layer = pick(rng, &[-1, NL as i32, i32::MAX]),
-                    3 => q.num_layers = pick(rng, &[0, -1]),
-                    4 => q.window = pick(rng, &[0, -4, 1]),
-                    5 => q.ring_k = ptr::null_mut(),
-                    6 => q.slots = ptr::null(),
-                    _ => q.reserved = 1,
+                    2 => q.base.layer = pick(rng, &[-1, NL as i32, i32::MAX]),
+                    3 => q.base.num_layers = pick(rng, &[0, -1]),
+                    4 => q.ring.window = pick(rng, &[0, -4, 1]),
+                    5 => q.ring.k = ptr::null_mut(),
+                    6 => q.base.slots = ptr::null(),
+                    _ => q.base.reserved = 1,
                 }
                 Expect::Refuse
             }
@@ -1964,29 +1984,29 @@ fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
                 match rng.gen_range(0..3) {
                     0 => q.parent = ptr::null(), // a chain instead of a tree
                     1 => {
-                        q.ring_v = ptr::null_mut();
-                        q.ring_k = ptr::null_mut();
-                        q.ring_g = ptr::null_mut();
-                        q.ring_beta = ptr::null_mut();
+                        q.ring.v = ptr::null_mut();
+                        q.ring.k = ptr::null_mut();
+                        q.ring.g = ptr::null_mut();
+                        q.ring.beta = ptr::null_mut();
                     }
-                    _ => q.layer = 0,
+                    _ => q.base.layer = 0,
                 }
                 Expect::Either
             }
         },
         Params::Fold(q) => match rng.gen_range(0..3) {
-            0 => dims!(q),
+            0 => dims!(q, base),
             1 => {
                 match rng.gen_range(0..9) {
-                    0 => q.batch = pick(rng, &[0, -1, 65536]),
-                    1 => q.num_layers = pick(rng, &[0, -1, 1 << 16, i32::MAX]),
-                    2 => q.window = pick(rng, &[0, -1, i32::MIN]),
-                    3 => q.state = ptr::null_mut(),
-                    4 => q.ring_beta = ptr::null(),
+                    0 => q.base.batch = pick(rng, &[0, -1, 65536]),
+                    1 => q.base.num_layers = pick(rng, &[0, -1, 1 << 16, i32::MAX]),
+                    2 => q.ring.window = pick(rng, &[0, -1, i32::MIN]),
+                    3 => q.base.state = ptr::null_mut(),
+                    4 => q.ring.beta = ptr::null_mut(),
                     5 => q.accept_lens = ptr::null(),
                     6 => q.track_steps = ptr::null(),
                     7 => q.path_width = pick(rng, &[1, -1, 5]),
-                    _ => q.num_slots = pick(rng, &[0, -7]),
+                    _ => q.base.num_slots = pick(rng, &[0, -7]),
                 }
                 Expect::Refuse
             }
@@ -1996,73 +2016,73 @@ fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
                         q.track_slots = ptr::null();
                         q.track_steps = ptr::null();
                     }
-                    1 => q.num_layers = 1,
-                    _ => q.error_word = ptr::null_mut(),
+                    1 => q.base.num_layers = 1,
+                    _ => q.base.error_word = ptr::null_mut(),
                 }
                 Expect::Either
             }
         },
         Params::Replay(q) => match rng.gen_range(0..3) {
-            0 => dims!(q),
+            0 => dims!(q, base),
             1 => {
                 match rng.gen_range(0..5) {
-                    0 => q.batch = pick(rng, &[0, -1, 1 << 16]),
-                    1 => q.layer = pick(rng, &[-1, NL as i32, i32::MIN]),
+                    0 => q.base.batch = pick(rng, &[0, -1, 1 << 16]),
+                    1 => q.base.layer = pick(rng, &[-1, NL as i32, i32::MIN]),
                     2 => q.counts = ptr::null(),
-                    3 => q.window = pick(rng, &[0, -1]),
-                    _ => q.ring_v = ptr::null(),
+                    3 => q.ring.window = pick(rng, &[0, -1]),
+                    _ => q.ring.v = ptr::null_mut(),
                 }
                 Expect::Refuse
             }
             _ => {
-                q.layer = 0;
+                q.base.layer = 0;
                 Expect::Either
             }
         },
         Params::Decode(q, materialize) => match rng.gen_range(0..3) {
-            0 => dims!(q),
-            1 if !*materialize => tokens!(q, B),
+            0 => dims!(q, base),
+            1 if !*materialize => tokens!(q, B, tokens; base),
             _ => {
                 match rng.gen_range(0..7) {
-                    0 => q.batch = pick(rng, &[0, -1, 65536]),
+                    0 => q.base.batch = pick(rng, &[0, -1, 65536]),
                     1 => q.cache_len = pick(rng, &[0, -1, 65537, i32::MAX]),
                     2 => q.positions = ptr::null(),
                     3 => q.ring_d = ptr::null_mut(),
                     4 => {
                         // Materialise replays every layer: it ignores `layer`.
-                        q.layer = pick(rng, &[-1, NL as i32]);
+                        q.base.layer = pick(rng, &[-1, NL as i32]);
                         if *materialize {
                             return Expect::Either;
                         }
                     }
-                    5 => q.num_layers = pick(rng, &[0, -3]),
+                    5 => q.base.num_layers = pick(rng, &[0, -3]),
                     _ => q.reserved = 2,
                 }
                 Expect::Refuse
             }
         },
         Params::VerifyFold(q) => match rng.gen_range(0..4) {
-            0 => dims!(q),
-            1 => tokens!(q, N),
+            0 => dims!(q, verify.base),
+            1 => tokens!(q, N, verify.tokens; verify.base),
             2 => {
                 match rng.gen_range(0..10) {
-                    0 => q.batch = pick(rng, &[0, -1, 65536]),
+                    0 => q.verify.base.batch = pick(rng, &[0, -1, 65536]),
                     // Over W = window / 2, over the verify's limit, or not positive.
-                    1 => q.max_seqlen = pick(rng, &[0, 3, 17, -1, i32::MAX]),
-                    2 => q.layer = pick(rng, &[-1, NL as i32, i32::MAX]),
-                    3 => q.num_layers = pick(rng, &[0, -1, 1 << 20]),
+                    1 => q.verify.max_seqlen = pick(rng, &[0, 3, 17, -1, i32::MAX]),
+                    2 => q.verify.base.layer = pick(rng, &[-1, NL as i32, i32::MAX]),
+                    3 => q.verify.base.num_layers = pick(rng, &[0, -1, 1 << 20]),
                     // Odd, W over the max, W under max_seqlen, or not positive (never a larger
                     // even window: the buffers hold 2 WD positions).
-                    4 => q.window = pick(rng, &[0, -4, 1, 2, 3, 5, 34, i32::MAX, i32::MIN]),
+                    4 => q.verify.ring.window = pick(rng, &[0, -4, 1, 2, 3, 5, 34, i32::MAX, i32::MIN]),
                     5 => match rng.gen_range(0..3) {
-                        0 => q.ring_k = ptr::null_mut(),
+                        0 => q.verify.ring.k = ptr::null_mut(),
                         1 => {
-                            q.ring_v = ptr::null_mut();
-                            q.ring_k = ptr::null_mut();
-                            q.ring_g = ptr::null_mut();
-                            q.ring_beta = ptr::null_mut();
+                            q.verify.ring.v = ptr::null_mut();
+                            q.verify.ring.k = ptr::null_mut();
+                            q.verify.ring.g = ptr::null_mut();
+                            q.verify.ring.beta = ptr::null_mut();
                         }
-                        _ => q.state = ptr::null_mut(),
+                        _ => q.verify.base.state = ptr::null_mut(),
                     },
                     6 => q.pending = ptr::null(),
                     7 => {
@@ -2072,20 +2092,20 @@ fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
                             q.track_steps = ptr::null();
                         }
                     }
-                    8 => q.slots = ptr::null(),
-                    _ => q.reserved = garbage_i32(rng) | 1,
+                    8 => q.verify.base.slots = ptr::null(),
+                    _ => q.verify.base.reserved = garbage_i32(rng) | 1,
                 }
                 Expect::Refuse
             }
             _ => {
                 match rng.gen_range(0..4) {
-                    0 => q.parent = ptr::null(), // a chain instead of a tree
+                    0 => q.verify.parent = ptr::null(), // a chain instead of a tree
                     1 => {
                         q.track_slots = ptr::null();
                         q.track_steps = ptr::null();
                     }
-                    2 => q.layer = 0,
-                    _ => q.num_slots = rng.gen_range(1..NS as i32), // may orphan a live slot
+                    2 => q.verify.base.layer = 0,
+                    _ => q.verify.base.num_slots = rng.gen_range(1..NS as i32), // may orphan a live slot
                 }
                 Expect::Either
             }
@@ -2300,13 +2320,13 @@ fn seeded_campaign_of_random_bad_inputs_against_every_c_abi_entry() {
 
 fn p_has_word(p: &Params) -> bool {
     match p {
-        Params::Recurrent(q) => !q.error_word.is_null(),
-        Params::Verify(q) => !q.error_word.is_null(),
-        Params::Fold(q) => !q.error_word.is_null(),
-        Params::Replay(q) => !q.error_word.is_null(),
-        Params::Decode(q, _) => !q.error_word.is_null(),
+        Params::Recurrent(q) => !q.base.error_word.is_null(),
+        Params::Verify(q) => !q.base.error_word.is_null(),
+        Params::Fold(q) => !q.base.error_word.is_null(),
+        Params::Replay(q) => !q.base.error_word.is_null(),
+        Params::Decode(q, _) => !q.base.error_word.is_null(),
         Params::Cursors(q) => !q.error_word.is_null(),
-        Params::VerifyFold(q) => !q.error_word.is_null(),
+        Params::VerifyFold(q) => !q.verify.base.error_word.is_null(),
         Params::Defer(q) => !q.error_word.is_null(),
     }
 }
@@ -2375,77 +2395,58 @@ fn rebase(p: &Params, from: &[&[u8]; BUFFERS], to: &[*const u8; BUFFERS]) -> Par
     macro_rules! re {
         ($q:expr, $($f:ident),*) => {{ $( $q.$f = rebase($q.$f as *const u8) as _; )* }};
     }
+    // The parts every params struct composes: the base's pointers, the tokens', the ring's.
+    macro_rules! base {
+        ($b:expr) => {
+            re!($b, state, slots, error_word)
+        };
+    }
+    macro_rules! tokens {
+        ($t:expr) => {
+            re!($t, q, k, v, a, b, A_log, dt_bias, g, beta, o)
+        };
+    }
+    macro_rules! ring {
+        ($r:expr) => {
+            re!($r, v, k, g, beta)
+        };
+    }
     let mut out = *p;
     match &mut out {
         Params::Recurrent(q) => {
-            re!(q, q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, slots, state, snapshots, o, error_word)
+            base!(q.base);
+            tokens!(q.tokens);
+            re!(q, cu_seqlens, snapshots);
         }
-        Params::Verify(q) => re!(
-            q, q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, parent, slots, state, o, ring_v, ring_k, ring_g,
-            ring_beta, error_word
-        ),
-        Params::Fold(q) => re!(
-            q,
-            state,
-            ring_v,
-            ring_k,
-            ring_g,
-            ring_beta,
-            slots,
-            accept_lens,
-            track_slots,
-            track_steps,
-            accept_paths,
-            error_word
-        ),
-        Params::Replay(q) => re!(q, state, ring_v, ring_k, ring_g, ring_beta, slots, counts, error_word),
-        Params::Decode(q, _) => re!(
-            q,
-            q,
-            k,
-            v,
-            a,
-            b,
-            A_log,
-            dt_bias,
-            g,
-            beta,
-            slots,
-            positions,
-            force_flush,
-            state,
-            ring_d,
-            ring_k,
-            ring_g,
-            o,
-            error_word
-        ),
+        Params::Verify(q) => {
+            base!(q.base);
+            tokens!(q.tokens);
+            ring!(q.ring);
+            re!(q, cu_seqlens, parent);
+        }
+        Params::Fold(q) => {
+            base!(q.base);
+            ring!(q.ring);
+            re!(q, accept_lens, track_slots, track_steps, accept_paths);
+        }
+        Params::Replay(q) => {
+            base!(q.base);
+            ring!(q.ring);
+            re!(q, counts);
+        }
+        Params::Decode(q, _) => {
+            base!(q.base);
+            tokens!(q.tokens);
+            re!(q, positions, force_flush, ring_d, ring_k, ring_g);
+        }
         Params::Cursors(q) => re!(q, cursors, slots, positions, force_flush, error_word),
-        Params::VerifyFold(q) => re!(
-            q,
-            q,
-            k,
-            v,
-            a,
-            b,
-            A_log,
-            dt_bias,
-            g,
-            beta,
-            cu_seqlens,
-            parent,
-            slots,
-            state,
-            o,
-            ring_v,
-            ring_k,
-            ring_g,
-            ring_beta,
-            error_word,
-            pending,
-            track_slots,
-            track_steps
-        ),
+        Params::VerifyFold(q) => {
+            base!(q.verify.base);
+            tokens!(q.verify.tokens);
+            ring!(q.verify.ring);
+            re!(q.verify, cu_seqlens, parent);
+            re!(q, pending, track_slots, track_steps);
+        }
         Params::Defer(q) => re!(q, pending, slots, accept_lens, accept_paths, paths, error_word),
     }
     out
@@ -2566,4 +2567,137 @@ fn gpu_device_cases() {
             }
         }
     }
+}
+
+/// One row of `tests/callers/refusals.txt`: the entry (by its Python name), the edit (`name = value`
+/// or `name[i] = value`) and the words the message must contain.
+struct Refusal {
+    entry: String,
+    name: String,
+    index: Option<usize>,
+    value: String,
+    says: String,
+}
+
+fn refusal_table() -> Vec<Refusal> {
+    let rows: Vec<Refusal> = include_str!("callers/refusals.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').map(str::trim).collect();
+            assert_eq!(f.len(), 3, "bad table line: {l}");
+            let (lhs, value) = f[1].split_once('=').expect("an edit is name = value");
+            let lhs = lhs.trim();
+            let (name, index) = match lhs.split_once('[') {
+                Some((n, i)) => (n, Some(i.trim_end_matches(']').parse().expect("an index"))),
+                None => (lhs, None),
+            };
+            Refusal {
+                entry: f[0].into(),
+                name: name.into(),
+                index,
+                value: value.trim().into(),
+                says: f[2].into(),
+            }
+        })
+        .collect();
+    assert!(rows.len() >= 20, "the table lost rows");
+    rows
+}
+
+impl Refusal {
+    fn entry(&self) -> Entry {
+        match self.entry.as_str() {
+            "recurrent" => Entry::Recurrent,
+            "verify" => Entry::Verify,
+            "fold" => Entry::Fold,
+            "replay" => Entry::Replay,
+            "decode" => Entry::Decode,
+            "decode_materialize" => Entry::Materialize,
+            "decode_cursors" => Entry::Cursors,
+            "verify_fold" => Entry::VerifyFold,
+            "defer" => Entry::Defer,
+            e => panic!("unknown entry {e}"),
+        }
+    }
+
+    /// Applies the row's edit to a valid call of its entry: an index array element in the world,
+    /// or a scalar of the params (the C ABI's field of the same meaning).
+    fn apply(&self, w: &mut World, p: &mut Params) {
+        let int = || self.value.parse::<i32>().expect("an integer value");
+        if let Some(i) = self.index {
+            let array = match self.name.as_str() {
+                "slots" => &mut w.slots,
+                "accept_lens" | "counts" => &mut w.lens,
+                "positions" => &mut w.positions,
+                "cu_seqlens" => &mut w.cu,
+                "track_steps" => &mut w.track_steps,
+                "track_slots" => &mut w.track_slots,
+                n => panic!("no index array {n}"),
+            };
+            array.body_mut()[i] = int();
+            return;
+        }
+        let scale = || self.value.parse::<f32>().expect("a real value");
+        match (self.name.as_str(), p) {
+            ("layer", Params::Verify(q)) => q.base.layer = int(),
+            ("layer", Params::Replay(q)) => q.base.layer = int(),
+            ("layer", Params::Decode(q, _)) => q.base.layer = int(),
+            ("layer", Params::VerifyFold(q)) => q.verify.base.layer = int(),
+            ("max_seqlen", Params::Recurrent(q)) => q.max_seqlen = int(),
+            ("max_seqlen", Params::Verify(q)) => q.max_seqlen = int(),
+            ("max_seqlen", Params::VerifyFold(q)) => q.verify.max_seqlen = int(),
+            ("scale", Params::Recurrent(q)) => q.tokens.scale = scale(),
+            ("scale", Params::Verify(q)) => q.tokens.scale = scale(),
+            ("scale", Params::Decode(q, _)) => q.tokens.scale = scale(),
+            ("scale", Params::VerifyFold(q)) => q.verify.tokens.scale = scale(),
+            ("cache_len", Params::Cursors(q)) => q.cache_len = int(),
+            (n, _) => panic!("{}: no field {n} in the table's mapping", self.entry),
+        }
+    }
+}
+
+/// One definition of each host rule: every row of `tests/callers/refusals.txt` is refused by the
+/// C ABI with the table's words (python/tests/test_callers.py holds Python's public API to the
+/// same rows), and where the row breaks a field the kernel layer sees (not an index array, which
+/// the kernels check on the device), the C++ launcher's routed `can_implement` refuses it too.
+#[test]
+fn every_row_of_the_shared_refusal_table_is_refused_with_its_words_by_the_c_abi_and_the_kernel_layer() {
+    let world = World::new(11);
+    let rows = refusal_table();
+    let mut entries = std::collections::BTreeSet::new();
+    for row in &rows {
+        let entry = row.entry();
+        entries.insert(format!("{entry:?}"));
+        let (st, msg, _) = run(&world, |w, p| row.apply(w, p), entry);
+        let what = format!("{} {}", row.entry, row.name);
+        assert_ne!(st, REPLAYSSM_OK, "{what}: the C ABI accepted it");
+        assert!(
+            msg.contains(&row.says),
+            "{what}: the C ABI said {msg:?}, not {:?}",
+            row.says
+        );
+        if row.index.is_none() {
+            let mut w = world.clone();
+            let mut p = entry.params(&mut w);
+            row.apply(&mut w, &mut p);
+            // SAFETY: as in `run`; the kernel layer checks the struct before it launches.
+            let st = unsafe { p.launch_kernel() };
+            assert_ne!(
+                st,
+                ffi::rssm_status_RSSM_OK,
+                "{what}: the kernel layer's can_implement accepted it"
+            );
+        }
+    }
+    assert_eq!(
+        entries.len(),
+        ENTRIES.len(),
+        "the table must cover every entry: {entries:?}"
+    );
+    say(&format!(
+        "shared refusal table: {} rows over {} entries",
+        rows.len(),
+        entries.len()
+    ));
 }

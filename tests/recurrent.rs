@@ -1,4 +1,4 @@
-//! Kernel R on the Reference and Emulated backends against the f64 reference (SPEC §6), its
+//! Kernel R on the Reference and Emulated backends against the f64 reference (design §6), its
 //! null/untouched-slot guarantees, strided views, and the typed errors of bad inputs.
 mod common;
 
@@ -46,7 +46,7 @@ const SHAPES: &[(HeadDims, &[usize])] = &[
     ), // widest K, HV = 2H
 ];
 
-/// The SPEC §6 rule for one backend run: elementwise tolerance, no NaN (outputs were
+/// The design §6 rule for one backend run: elementwise tolerance, no NaN (outputs were
 /// poisoned), and no worse than twice the naive f32 reference's error.
 fn assert_passes(data: &RecurrentData, what: &str) {
     let tol = output_tolerance(data.dtype);

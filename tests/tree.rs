@@ -1,4 +1,4 @@
-//! Tree verify (kernel VT) and path fold (kernel FT), SPEC §4 V last paragraph: node outputs
+//! Tree verify (kernel VT) and path fold (kernel FT), design §4 VT: node outputs
 //! against f64 along every root path (chains, stars, binary, EAGLE-like top-k, random forests),
 //! a chain tree bit-identical to V, the path fold bit-identical to kernel R along the accepted
 //! path over thousands of chained steps, bad input refused before launch, and garbage
@@ -9,6 +9,7 @@ use common::spec_chain::{each_impl, pool_for, rng, run_verify, run_verify_tree, 
 use common::*;
 use rand::Rng;
 use replayssm::backend::Backend;
+use replayssm::checks::can_implement::rssm_fold_can_implement;
 use replayssm::ffi;
 use replayssm::numerics::compare;
 use replayssm::reference;
@@ -29,7 +30,7 @@ fn path_workload(data: &RecurrentData, tree: &DraftTree, r: usize, path: &[usize
     w
 }
 
-/// The f64 oracle of a tree verify: for every node, kernel R's maths (SPEC §3, f64) run from
+/// The f64 oracle of a tree verify: for every node, kernel R's maths (design §3, f64) run from
 /// the checkpoint along the node's root path; the node's output is the path's last output.
 fn path_oracle(data: &RecurrentData, tree: &DraftTree, layer_pool: &[f32]) -> Vec<f64> {
     let d = data.dims;
@@ -509,43 +510,51 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
         let mut o = vec![f32::NAN; n * row];
         let mut word = 0u32;
         let p = ffi::rssm_verify_params {
-            q: data.q.as_bytes().as_ptr().cast(),
-            k: data.k.as_bytes().as_ptr().cast(),
-            v: data.v.as_bytes().as_ptr().cast(),
-            a: a.as_bytes().as_ptr().cast(),
-            b: b.as_bytes().as_ptr().cast(),
-            A_log: a_log.as_ptr(),
-            dt_bias: dt_bias.as_ptr(),
+            base: ffi::rssm_base_params {
+                slots: data.slots.as_ptr(),
+                state: pool.state().as_ptr().cast_mut(),
+                error_word: &mut word,
+                batch: 2,
+                num_slots: shape.slots as i32,
+                num_layers: 1,
+                layer: 0,
+                H: dims.h as i32,
+                HV: dims.hv as i32,
+                K: dims.k as i32,
+                V: dims.v as i32,
+                dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
+                variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
+                qk_l2norm: 1,
+                impl_: imp,
+                block_rows,
+                ..Default::default()
+            },
+            tokens: ffi::rssm_token_params {
+                q: data.q.as_bytes().as_ptr().cast(),
+                k: data.k.as_bytes().as_ptr().cast(),
+                v: data.v.as_bytes().as_ptr().cast(),
+                a: a.as_bytes().as_ptr().cast(),
+                b: b.as_bytes().as_ptr().cast(),
+                A_log: a_log.as_ptr(),
+                dt_bias: dt_bias.as_ptr(),
+                o: o.as_mut_ptr().cast(),
+                q_stride: (dims.h * dims.k) as i64,
+                k_stride: (dims.h * dims.k) as i64,
+                v_stride: row as i64,
+                a_stride: dims.hv as i64,
+                b_stride: dims.hv as i64,
+                o_stride: row as i64,
+                scale: data.scale,
+                ..Default::default()
+            },
+            ring: ffi::rssm_ring_params {
+                window: 4,
+                ..Default::default()
+            },
             cu_seqlens: data.cu_seqlens.as_ptr(),
             parent: parent.as_ptr(),
-            slots: data.slots.as_ptr(),
-            state: pool.state().as_ptr(),
-            o: o.as_mut_ptr().cast(),
-            error_word: &mut word,
-            q_stride: (dims.h * dims.k) as i64,
-            k_stride: (dims.h * dims.k) as i64,
-            v_stride: row as i64,
-            a_stride: dims.hv as i64,
-            b_stride: dims.hv as i64,
-            o_stride: row as i64,
             num_tokens: n as i32,
-            batch: 2,
             max_seqlen: 4,
-            num_slots: shape.slots as i32,
-            num_layers: 1,
-            layer: 0,
-            window: 4,
-            H: dims.h as i32,
-            HV: dims.hv as i32,
-            K: dims.k as i32,
-            V: dims.v as i32,
-            scale: data.scale,
-            dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
-            variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
-            qk_l2norm: 1,
-            impl_: imp,
-            block_rows,
-            ..Default::default()
         };
         // SAFETY: host buffers sized for these params; only request 1's parents are garbage.
         let st = unsafe { ffi::rssm_emu_verify(&p, std::ptr::null_mut()) };
@@ -580,25 +589,31 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
     let live = [data.slots[0], data.slots[1]];
     let lens = [3, 1];
     let params = |state: *mut f32, paths: &[i32], word: &mut u32| ffi::rssm_fold_params {
-        state,
-        ring_v: ring.v.as_bytes().as_ptr().cast(),
-        ring_k: ring.k.as_bytes().as_ptr().cast(),
-        ring_g: ring.g.as_ptr(),
-        ring_beta: ring.beta.as_ptr(),
-        slots: live.as_ptr(),
+        base: ffi::rssm_base_params {
+            state,
+            slots: live.as_ptr(),
+            error_word: word,
+            batch: 2,
+            num_slots: shape.slots as i32,
+            num_layers: 1,
+            H: dims.h as i32,
+            HV: dims.hv as i32,
+            K: dims.k as i32,
+            V: dims.v as i32,
+            dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
+            variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
+            qk_l2norm: 1,
+            ..Default::default()
+        },
+        ring: ffi::rssm_ring_params {
+            v: ring.v.as_bytes().as_ptr().cast_mut().cast(),
+            k: ring.k.as_bytes().as_ptr().cast_mut().cast(),
+            g: ring.g.as_ptr().cast_mut(),
+            beta: ring.beta.as_ptr().cast_mut(),
+            window: 4,
+            ..Default::default()
+        },
         accept_paths: paths.as_ptr(),
-        error_word: word,
-        batch: 2,
-        num_slots: shape.slots as i32,
-        num_layers: 1,
-        window: 4,
-        H: dims.h as i32,
-        HV: dims.hv as i32,
-        K: dims.k as i32,
-        V: dims.v as i32,
-        dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
-        variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
-        qk_l2norm: 1,
         path_width: 3,
         ..Default::default()
     };
@@ -609,7 +624,7 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
         let mut b = buf.clone();
         let mut word = 0u32;
         let mut p = params(b[guard..].as_mut_ptr(), &paths, &mut word);
-        p.impl_ = imp as i32;
+        p.base.impl_ = imp as i32;
         // SAFETY: host buffers sized for these params; only request 1's path is garbage.
         let st = unsafe { ffi::rssm_emu_fold(&p, std::ptr::null_mut()) };
         assert_eq!(st, ffi::rssm_status_RSSM_OK);
@@ -640,16 +655,30 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
     let good = [0, 1, 3, 0, -1, -1];
     let ok = params(b[guard..].as_mut_ptr(), &good, &mut word);
     // SAFETY: can_implement reads only the struct.
-    let check = |p: &ffi::rssm_fold_params| unsafe { ffi::rssm_fold_can_implement(p) };
+    let check = |p: &ffi::rssm_fold_params| unsafe { rssm_fold_can_implement(p, 1) };
     assert_eq!(check(&ok), ffi::rssm_status_RSSM_OK);
     for bad in [
         ffi::rssm_fold_params {
+            base: ok.base,
+            ring: ok.ring,
             accept_lens: lens.as_ptr(),
             ..ok
         },
-        ffi::rssm_fold_params { path_width: 0, ..ok },
-        ffi::rssm_fold_params { path_width: 5, ..ok },
         ffi::rssm_fold_params {
+            base: ok.base,
+            ring: ok.ring,
+            path_width: 0,
+            ..ok
+        },
+        ffi::rssm_fold_params {
+            base: ok.base,
+            ring: ok.ring,
+            path_width: 5,
+            ..ok
+        },
+        ffi::rssm_fold_params {
+            base: ok.base,
+            ring: ok.ring,
             accept_paths: std::ptr::null(),
             ..ok
         },

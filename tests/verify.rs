@@ -1,4 +1,4 @@
-//! Kernel V (SPEC §4 V) on the Emulated and Reference backends: outputs against the f64
+//! Kernel V (design §4 V) on the Emulated and Reference backends: outputs against the f64
 //! reference for every window length, the ring records, a read-only checkpoint, null slots, and
 //! garbage device-side slots, for every implementation of V (`replayssm::tuning`). (Its tree mode
 //! VT: tests/tree.rs; F and P: tests/fold.rs.)
@@ -243,45 +243,54 @@ fn verify_of_a_garbage_device_slot_is_skipped_and_writes_no_ring_outside_its_buf
         let mut o = vec![f32::NAN; n * d.hv * d.v];
         let mut word = 0u32;
         let p = ffi::rssm_verify_params {
-            impl_: imp,
-            block_rows,
-            q: data.q.as_bytes().as_ptr().cast(),
-            k: data.k.as_bytes().as_ptr().cast(),
-            v: data.v.as_bytes().as_ptr().cast(),
-            a: a.as_bytes().as_ptr().cast(),
-            b: b.as_bytes().as_ptr().cast(),
-            A_log: a_log.as_ptr(),
-            dt_bias: dt_bias.as_ptr(),
+            base: ffi::rssm_base_params {
+                impl_: imp,
+                block_rows,
+                slots: slots.as_ptr(),
+                state: pool.state().as_ptr().cast_mut(),
+                error_word: &mut word,
+                batch: 2,
+                num_slots: shape.slots as i32,
+                num_layers: shape.layers as i32,
+                layer: 1,
+                H: d.h as i32,
+                HV: d.hv as i32,
+                K: d.k as i32,
+                V: d.v as i32,
+                dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
+                variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
+                qk_l2norm: 1,
+                ..Default::default()
+            },
+            tokens: ffi::rssm_token_params {
+                q: data.q.as_bytes().as_ptr().cast(),
+                k: data.k.as_bytes().as_ptr().cast(),
+                v: data.v.as_bytes().as_ptr().cast(),
+                a: a.as_bytes().as_ptr().cast(),
+                b: b.as_bytes().as_ptr().cast(),
+                A_log: a_log.as_ptr(),
+                dt_bias: dt_bias.as_ptr(),
+                o: o.as_mut_ptr().cast(),
+                q_stride: (d.h * d.k) as i64,
+                k_stride: (d.h * d.k) as i64,
+                v_stride: (d.hv * d.v) as i64,
+                a_stride: d.hv as i64,
+                b_stride: d.hv as i64,
+                o_stride: (d.hv * d.v) as i64,
+                scale: data.scale,
+                ..Default::default()
+            },
+            ring: ffi::rssm_ring_params {
+                v: rv[guard..].as_mut_ptr().cast(),
+                k: rk[guard..].as_mut_ptr().cast(),
+                g: rg[guard..].as_mut_ptr(),
+                beta: rb[guard..].as_mut_ptr(),
+                window: shape.window as i32,
+                ..Default::default()
+            },
             cu_seqlens: data.cu_seqlens.as_ptr(),
-            slots: slots.as_ptr(),
-            state: pool.state().as_ptr(),
-            o: o.as_mut_ptr().cast(),
-            ring_v: rv[guard..].as_mut_ptr().cast(),
-            ring_k: rk[guard..].as_mut_ptr().cast(),
-            ring_g: rg[guard..].as_mut_ptr(),
-            ring_beta: rb[guard..].as_mut_ptr(),
-            error_word: &mut word,
-            q_stride: (d.h * d.k) as i64,
-            k_stride: (d.h * d.k) as i64,
-            v_stride: (d.hv * d.v) as i64,
-            a_stride: d.hv as i64,
-            b_stride: d.hv as i64,
-            o_stride: (d.hv * d.v) as i64,
             num_tokens: n as i32,
-            batch: 2,
             max_seqlen: 4,
-            num_slots: shape.slots as i32,
-            num_layers: shape.layers as i32,
-            layer: 1,
-            window: shape.window as i32,
-            H: d.h as i32,
-            HV: d.hv as i32,
-            K: d.k as i32,
-            V: d.v as i32,
-            scale: data.scale,
-            dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
-            variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
-            qk_l2norm: 1,
             ..Default::default()
         };
         // SAFETY: host buffers sized for these params; only the second slot index is garbage.

@@ -20,7 +20,7 @@ use replayssm::{ActBuffer, CheckpointPool, DType, DeferredRing, Error, HeadDims,
 use replayssm_tools::workload::RecurrentData;
 
 /// Steps per variant of the long chains; `REPLAYSSM_CHAIN_COMMITS` overrides (CI keeps the
-/// SPEC §6 minimum of 10 000).
+/// design §6 minimum of 10 000).
 fn chain_steps(default: usize) -> usize {
     std::env::var("REPLAYSSM_CHAIN_COMMITS")
         .ok()
@@ -356,39 +356,48 @@ impl RawVf {
         };
         let n = self.data.num_tokens() as i32;
         let verify = ffi::rssm_verify_params {
-            q: self.data.q.as_bytes().as_ptr().cast(),
-            k: self.data.k.as_bytes().as_ptr().cast(),
-            v: self.data.v.as_bytes().as_ptr().cast(),
-            g: g.as_ptr(),
-            beta: beta.as_ptr(),
+            base: ffi::rssm_base_params {
+                slots: self.data.slots.as_ptr(),
+                state: self.state.as_mut_ptr(),
+                error_word: &mut self.error_word,
+                batch: 2,
+                num_slots: 4,
+                num_layers: 1,
+                layer: 0,
+                H: 1,
+                HV: 2,
+                K: 32,
+                V: 32,
+                dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
+                variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
+                qk_l2norm: 1,
+                ..Default::default()
+            },
+            tokens: ffi::rssm_token_params {
+                q: self.data.q.as_bytes().as_ptr().cast(),
+                k: self.data.k.as_bytes().as_ptr().cast(),
+                v: self.data.v.as_bytes().as_ptr().cast(),
+                g: g.as_ptr(),
+                beta: beta.as_ptr(),
+                o: self.o.as_bytes_mut().as_mut_ptr().cast(),
+                q_stride: 32,
+                k_stride: 32,
+                v_stride: 64,
+                o_stride: 64,
+                scale: 0.17,
+                ..Default::default()
+            },
+            ring: ffi::rssm_ring_params {
+                v: self.ring_v.as_mut_ptr().cast(),
+                k: self.ring_k.as_mut_ptr().cast(),
+                g: self.ring_g.as_mut_ptr(),
+                beta: self.ring_beta.as_mut_ptr(),
+                window: 2 * RAW_W as i32,
+                ..Default::default()
+            },
             cu_seqlens: self.data.cu_seqlens.as_ptr(),
-            slots: self.data.slots.as_ptr(),
-            state: self.state.as_mut_ptr(),
-            o: self.o.as_bytes_mut().as_mut_ptr().cast(),
-            ring_v: self.ring_v.as_mut_ptr().cast(),
-            ring_k: self.ring_k.as_mut_ptr().cast(),
-            ring_g: self.ring_g.as_mut_ptr(),
-            ring_beta: self.ring_beta.as_mut_ptr(),
-            error_word: &mut self.error_word,
-            q_stride: 32,
-            k_stride: 32,
-            v_stride: 64,
-            o_stride: 64,
             num_tokens: n,
-            batch: 2,
             max_seqlen: 3,
-            num_slots: 4,
-            num_layers: 1,
-            layer: 0,
-            window: 2 * RAW_W as i32,
-            H: 1,
-            HV: 2,
-            K: 32,
-            V: 32,
-            scale: 0.17,
-            dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
-            variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
-            qk_l2norm: 1,
             ..Default::default()
         };
         let p = ffi::rssm_verify_fold_params {

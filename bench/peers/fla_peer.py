@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The peer of issue 6: FLA's Triton `fused_recurrent_gated_delta_rule` against replayssm's kernel
+"""The performance peer: FLA's Triton `fused_recurrent_gated_delta_rule` against replayssm's kernel
 R and its V + F (one layer) on identical inputs, in one process, on one GPU, timed the same way.
 
 For every (shape, B, T) the script draws one set of inputs (q, k, v in bf16, precomputed log

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """SGLang 0.5.23's ReplaySSM Triton kernels timed beside replayssm's, through replayssm.sglang, on
-identical inputs, in one process, on one GPU (issue 18; the performance work shares it).
+identical inputs, in one process, on one GPU.
 
 For every (shape, B, T) the script draws one set of SGLang-shaped inputs (q, k, v, a, b in bf16,
 A_log and dt_bias in f32, an fp32 checkpoint pool of one layer, B slots) and runs, with the same

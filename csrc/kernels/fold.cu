@@ -11,13 +11,13 @@ struct LaunchFold {
   const rssm_fold_params &p;
   void *stream;
   template <int EPL, class Act, bool KDA> int operator()() const {
-    return p.impl == RSSM_IMPL_PREFETCH ? run<EPL, Act, KDA, true>() : run<EPL, Act, KDA, false>();
+    return p.base.impl == RSSM_IMPL_PREFETCH ? run<EPL, Act, KDA, true>() : run<EPL, Act, KDA, false>();
   }
   template <int EPL, class Act, bool KDA, bool PREFETCH> int run() const {
     using rssm::RowTiling;
-    const unsigned tiles = unsigned(p.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock;
-    const dim3 grid(tiles * unsigned(p.num_layers), p.HV, p.batch);
-    const size_t smem = PREFETCH ? sizeof(float) * rssm::replay_prefetch_smem_floats(p.window, p.K, KDA) : 0;
+    const unsigned tiles = unsigned(p.base.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock;
+    const dim3 grid(tiles * unsigned(p.base.num_layers), p.base.HV, p.base.batch);
+    const size_t smem = PREFETCH ? sizeof(float) * rssm::replay_prefetch_smem_floats(p.ring.window, p.base.K, KDA) : 0;
     const auto kernel = &rssm::fold_kernel<EPL, Act, KDA, PREFETCH>;
     const int err = RSSM_ALLOW_SMEM(kernel, smem);
     if (err != 0) return err;
@@ -30,6 +30,6 @@ struct LaunchFold {
 extern "C" rssm_status RSSM_ENTRY(fold)(const rssm_fold_params *params, void *stream) {
   const rssm_status st = rssm::fold_can_implement(params, RSSM_VECTOR_ALIGNED);
   if (st != RSSM_OK) return st;
-  const int err = rssm::dispatch(params->K, params->dtype, params->variant, LaunchFold{*params, stream});
+  const int err = rssm::dispatch(params->base, LaunchFold{*params, stream});
   return err == 0 ? RSSM_OK : RSSM_LAUNCH_FAILED;
 }

@@ -13,7 +13,7 @@ struct LaunchRecurrent {
   void *stream;
   template <int EPL, class Act, bool KDA> int operator()() const {
     using rssm::RowTiling;
-    const dim3 grid((p.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock, p.HV, p.batch);
+    const dim3 grid((p.base.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock, p.base.HV, p.base.batch);
     const auto kernel = &rssm::recurrent_kernel<EPL, Act, KDA>;
     return RSSM_LAUNCH(kernel, grid, dim3(RowTiling::kThreads), 0, stream, p);
   }
@@ -25,6 +25,6 @@ extern "C" rssm_status RSSM_ENTRY(recurrent)(const rssm_recurrent_params *params
   const rssm_status st = rssm::recurrent_can_implement(params, RSSM_VECTOR_ALIGNED);
   if (st != RSSM_OK) return st;
   if (params->num_tokens == 0) return RSSM_OK;
-  const int err = rssm::dispatch(params->K, params->dtype, params->variant, LaunchRecurrent{*params, stream});
+  const int err = rssm::dispatch(params->base, LaunchRecurrent{*params, stream});
   return err == 0 ? RSSM_OK : RSSM_LAUNCH_FAILED;
 }

@@ -12,17 +12,17 @@ struct LaunchVerify {
   void *stream;
   template <int EPL, class Act, bool KDA> int operator()() const {
     using rssm::RowTiling;
-    if (p.impl == RSSM_IMPL_STAGED) {
-      const int rows = rssm::verify_staged_block_rows(p.block_rows, p.V);
-      const dim3 grid((p.V + rows - 1) / rows, p.HV, p.batch);
-      const size_t smem = sizeof(float) * rssm::verify_staged_smem_floats(p.max_seqlen, p.K, KDA, rows);
+    if (p.base.impl == RSSM_IMPL_STAGED) {
+      const int rows = rssm::verify_staged_block_rows(p.base.block_rows, p.base.V);
+      const dim3 grid((p.base.V + rows - 1) / rows, p.base.HV, p.base.batch);
+      const size_t smem = sizeof(float) * rssm::verify_staged_smem_floats(p.max_seqlen, p.base.K, KDA, rows);
       const auto kernel = &rssm::verify_staged_kernel<EPL, Act, KDA>;
       const int err = RSSM_ALLOW_SMEM(kernel, smem);
       if (err != 0) return err;
       return RSSM_LAUNCH(kernel, grid, dim3(RowTiling::kThreads), smem, stream, p);
     }
-    const dim3 grid((p.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock, p.HV, p.batch);
-    const size_t smem = sizeof(float) * rssm::verify_smem_floats(p.max_seqlen, p.K, KDA);
+    const dim3 grid((p.base.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock, p.base.HV, p.base.batch);
+    const size_t smem = sizeof(float) * rssm::verify_smem_floats(p.max_seqlen, p.base.K, KDA);
     const auto kernel = &rssm::verify_kernel<EPL, Act, KDA>;
     const int err = RSSM_ALLOW_SMEM(kernel, smem);
     if (err != 0) return err;
@@ -36,6 +36,6 @@ extern "C" rssm_status RSSM_ENTRY(verify)(const rssm_verify_params *params, void
   const rssm_status st = rssm::verify_can_implement(params, RSSM_VECTOR_ALIGNED);
   if (st != RSSM_OK) return st;
   if (params->num_tokens == 0) return RSSM_OK;
-  const int err = rssm::dispatch(params->K, params->dtype, params->variant, LaunchVerify{*params, stream});
+  const int err = rssm::dispatch(params->base, LaunchVerify{*params, stream});
   return err == 0 ? RSSM_OK : RSSM_LAUNCH_FAILED;
 }

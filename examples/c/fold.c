@@ -74,27 +74,36 @@ int main(void) {
   const int32_t accept_lens[BATCH] = {3, 0};
   uint32_t error_word = 0;
 
+  /* ABI 3: every kernel's params are one params base (the pool, the rows, the heads, the error
+   * word) and parts (here the spec ring), filled once and shared by F and P below. */
+  replayssm_base_params base = {0};
+  base.state = state_fold;
+  base.slots = slots;
+  base.error_word = &error_word;
+  base.batch = BATCH;
+  base.num_slots = SLOTS;
+  base.num_layers = LAYERS;
+  base.layer = 0; /* F commits every layer */
+  base.H = H;
+  base.HV = HV;
+  base.K = K;
+  base.V = V;
+  base.dtype = REPLAYSSM_DTYPE_F32;
+  base.variant = REPLAYSSM_VARIANT_GDN;
+  base.qk_l2norm = 1;
+
+  replayssm_ring_params ring = {0};
+  ring.v = ring_v;
+  ring.k = ring_k;
+  ring.g = ring_g;
+  ring.beta = ring_beta;
+  ring.window = W;
+
   replayssm_fold_params fold = {0};
   fold.struct_size = sizeof fold;
-  fold.state = state_fold;
-  fold.ring_v = ring_v;
-  fold.ring_k = ring_k;
-  fold.ring_g = ring_g;
-  fold.ring_beta = ring_beta;
-  fold.slots = slots;
+  fold.base = base;
+  fold.ring = ring;
   fold.accept_lens = accept_lens;
-  fold.error_word = &error_word;
-  fold.batch = BATCH;
-  fold.num_slots = SLOTS;
-  fold.num_layers = LAYERS;
-  fold.window = W;
-  fold.H = H;
-  fold.HV = HV;
-  fold.K = K;
-  fold.V = V;
-  fold.dtype = REPLAYSSM_DTYPE_F32;
-  fold.variant = REPLAYSSM_VARIANT_GDN;
-  fold.qk_l2norm = 1;
 
   /* Bad input is refused with a status and a message, never a crash. */
   replayssm_fold_params bad = fold;
@@ -103,10 +112,16 @@ int main(void) {
   printf("fold with struct_size 8 -> %s\n  %s\n", replayssm_status_string(st), replayssm_last_error_message());
   EXPECT(st == REPLAYSSM_ERR_STRUCT_SIZE, "struct_size 8 gave %d", (int)st);
   bad = fold;
-  bad.ring_k = NULL;
+  bad.ring.k = NULL;
   st = replayssm_fold(REPLAYSSM_BACKEND_EMULATED, &bad, NULL);
-  printf("fold with ring_k NULL -> %s\n  %s\n", replayssm_status_string(st), replayssm_last_error_message());
-  EXPECT(st == REPLAYSSM_ERR_INVALID_ARGUMENT, "ring_k NULL gave %d", (int)st);
+  printf("fold with ring.k NULL -> %s\n  %s\n", replayssm_status_string(st), replayssm_last_error_message());
+  EXPECT(st == REPLAYSSM_ERR_INVALID_ARGUMENT, "ring.k NULL gave %d", (int)st);
+  bad = fold;
+  bad.base.reserved = 5; /* reserved fields must stay 0: the message names the field */
+  st = replayssm_fold(REPLAYSSM_BACKEND_EMULATED, &bad, NULL);
+  printf("fold with base.reserved 5 -> %s\n  %s\n", replayssm_status_string(st), replayssm_last_error_message());
+  EXPECT(st == REPLAYSSM_ERR_INVALID_ARGUMENT && strstr(replayssm_last_error_message(), "base.reserved") != NULL,
+         "base.reserved 5 gave %d: %s", (int)st, replayssm_last_error_message());
 
   st = replayssm_fold(REPLAYSSM_BACKEND_EMULATED, &fold, NULL);
   printf("fold (emulated) -> %s\n", replayssm_status_string(st));
@@ -118,28 +133,15 @@ int main(void) {
   for (int layer = 0; layer < LAYERS; layer++) {
     replayssm_replay_params rp = {0};
     rp.struct_size = sizeof rp;
-    rp.state = state_replay;
-    rp.ring_v = ring_v;
-    rp.ring_k = ring_k;
-    rp.ring_g = ring_g;
-    rp.ring_beta = ring_beta;
-    rp.slots = slots;
+    rp.base = base; /* the same pool geometry and rows; P's own state copy, one layer a launch */
+    rp.base.state = state_replay;
+    rp.base.layer = layer;
+    rp.ring = ring;
     rp.counts = counts;
-    rp.batch = BATCH;
-    rp.num_slots = SLOTS;
-    rp.num_layers = LAYERS;
-    rp.layer = layer;
-    rp.window = W;
-    rp.H = H;
-    rp.HV = HV;
-    rp.K = K;
-    rp.V = V;
-    rp.dtype = REPLAYSSM_DTYPE_F32;
-    rp.variant = REPLAYSSM_VARIANT_GDN;
-    rp.qk_l2norm = 1;
     st = replayssm_replay(REPLAYSSM_BACKEND_EMULATED, &rp, NULL);
     EXPECT(st == REPLAYSSM_OK, "replay layer %d failed: %s", layer, replayssm_last_error_message());
   }
+  EXPECT(error_word == 0, "replay set device error bits %#x", error_word);
 
   size_t changed = 0, nonfinite = 0;
   for (size_t i = 0; i < STATE_ELEMS; i++)

@@ -31,6 +31,7 @@ Layouts (NL layers, NS slots, H key heads, HV value heads, W window, L cache len
   slots [B] int32 (-1 = null row), cu_seqlens [B+1] int32, accept_lens [B] int32 (bonus included)
 """
 
+import collections
 import ctypes
 import functools
 import math
@@ -99,7 +100,7 @@ class DeviceIndexError(ReplaySSMError, ValueError):
 
     def __init__(self, where, bits):
         bits = int(bits) & 0xFFFFFFFF
-        message = "%s: the kernels set device error bits %#x: %s" % (where, bits, _abi.describe_deverr(bits))
+        message = "%s: the kernels set device error bits %#x: %s" % (where, bits, _abi.describe_deverr(_library(), bits))
         Exception.__init__(self, "DEVICE_REPORTED: " + message)
         self.status = Status.DEVICE_REPORTED
         self.message = message
@@ -187,13 +188,12 @@ def _enum(where, name, value, enum):
 
 
 def _scale(where, value):
-    """A finite real that float32 represents (not inf, not flushed to 0)."""
+    """`value` as the ABI's float32: a real number that float32 represents (a finite one not past
+    its range nor flushed to 0). Whether the scale is usable (finite) is the library's rule."""
     if _is_bool(value) or not isinstance(value, numbers.Real):
         _bad("%s: scale = %r is not a real number (%s)" % (where, value, type(value).__name__))
     v = float(value)
-    if not math.isfinite(v):
-        _bad("%s: scale = %r is not finite" % (where, value))
-    if abs(v) > _abi._F32_MAX or (v != 0 and _abi.f32(v).value == 0):
+    if math.isfinite(v) and (abs(v) > _abi._F32_MAX or (v != 0 and _abi.f32(v).value == 0)):
         _bad("%s: scale = %r is outside float32's range: |scale| must be 0 or in 1.4e-45..=%.8g"
              % (where, value, _abi._F32_MAX))
     return v
@@ -356,7 +356,7 @@ class _Call:
         """A tensor of `shape` (None = any size) and one of `dtypes`; returns its address (0 for None).
         `written`: the call writes it (it must be writeable); `empty_ok`: dim 0 may be 0 (zero tokens);
         `pool_dims`: its leading dims (layers, slots of a checkpoint pool) may have any pitch, the
-        library checks them (see _pitches)."""
+        library checks them (see _pool_pitch_rule and _fill_base)."""
         if obj is None:
             if optional:
                 return None
@@ -408,7 +408,7 @@ class _Call:
         fn = getattr(lib, self.entry)
         if kind == "cpu":
             scratch = ctypes.c_uint32(0)
-            params.error_word = ctypes.addressof(scratch)
+            _error_word_holder(params).error_word = ctypes.addressof(scratch)
             st = fn(int(Backend.EMULATED), ctypes.byref(params), None)
         else:
             import torch
@@ -478,14 +478,41 @@ def _pool_pitch_rule(entry, ts, slot_dim):
                      " (a broadcast view: expand / broadcast_to)" if ts.strides[d] == 0 else "", what))
 
 
-def _pitches(c, p, ts, slot_dim):
-    """The checkpoint pool's slot (and layer) pitch from its strides: an engine's page-major pool
-    ("envelope": one slot holds every layer) is a strided view; 0 where a dim has one entry."""
-    _pool_pitch_rule(c.entry, ts, slot_dim)
+# What the base's head and type fields hold (from the tokens, or from a ring without tokens).
+_Problem = collections.namedtuple("_Problem", "H HV K V dtype variant qk_l2norm")
+
+
+def _fill_base(b, prob, ts, slot_dim, tsl, tew, layer=0):
+    """Fills a params base (`p.base`, VF's `p.verify.base`: replayssm_base_params) from the
+    binding's checked objects: the pool `ts` ([NS, ...] with slot_dim 0, one layer: kernel R;
+    [NL, NS, ...] with slot_dim 1), its slot (and layer) pitch from its strides (an engine's
+    page-major pool, "envelope": one slot holds every layer, is a strided view; 0 where a dim has
+    one entry; _pool_pitch_rule checked them), the rows `tsl` (batch = its length), the error word
+    `tew` (or None), the layer, and the heads, dtype, variant and qk_l2norm of `prob` (a _Problem)."""
     pitch = lambda d: ts.strides[d] if ts.shape[d] > 1 else 0  # noqa: E731
-    p.state_slot_stride = pitch(slot_dim)
-    if slot_dim == 1:
-        p.state_layer_stride = pitch(0)
+    b.state, b.slots, b.error_word = ts.ptr, tsl.ptr, _ptr(tew)
+    b.state_slot_stride = pitch(slot_dim)
+    b.state_layer_stride = pitch(0) if slot_dim == 1 else 0
+    b.batch, b.num_slots = tsl.shape[0], ts.shape[slot_dim]
+    b.num_layers = ts.shape[0] if slot_dim == 1 else 1
+    b.layer = layer
+    b.H, b.HV, b.K, b.V = prob.H, prob.HV, prob.K, prob.V
+    b.dtype, b.variant, b.qk_l2norm = int(prob.dtype), int(prob.variant), prob.qk_l2norm
+
+
+def _fill_ring(r, ptrs, window):
+    """Fills a spec ring part (`p.ring`: replayssm_ring_params): the four pointers (v, k, g, beta;
+    all None without a ring) and its window (1 without a ring)."""
+    r.v, r.k, r.g, r.beta = ptrs
+    r.window = window
+
+
+def _error_word_holder(params):
+    """The struct whose `error_word` the kernels set: the base (VF: its verify's base), or the
+    params themselves (cursors, defer)."""
+    if hasattr(params, "verify"):
+        return params.verify.base
+    return params.base if hasattr(params, "base") else params
 
 
 def check_error_word(word):
@@ -523,9 +550,11 @@ def _empty_like(x, shape):
     return torch.full(shape, float("nan"), dtype=x.dtype, device=x.device)
 
 
-def _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok):
-    """Checks and fills the token fields R, V and D share; allocates o when None. Returns
-    (o, T, H, HV, K, V, kda). `empty_ok`: the entry accepts zero tokens (the C ABI's num_tokens >= 0)."""
+def _tokens(c, t, q, k, v, o, gate, scale, qk_l2norm, empty_ok):
+    """Checks the token arguments R, V and D share and fills the token part `t` (`p.tokens`, VF's
+    `p.verify.tokens`: replayssm_token_params); allocates o when None. Returns (o, T, problem): the
+    heads, dtype, variant and qk_l2norm the base gets (_fill_base). `empty_ok`: the entry accepts
+    zero tokens (the C ABI's num_tokens >= 0)."""
     ACT = ("f32", "f16", "bf16")
     unknown = set(gate) - {"a", "b", "A_log", "dt_bias", "g", "beta"}
     if unknown:
@@ -540,10 +569,10 @@ def _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok):
         o = _empty_like(q, (T, HV, V))
     to = c.t("o", o, (T, HV, V), (tq.dtype,), written=True, **tok)
     a, b, A_log, dt_bias, g, beta = (gate.get(n) for n in ("a", "b", "A_log", "dt_bias", "g", "beta"))
+    # Each form given is checked and passed; the library refuses both or neither (one rule).
     raw = any(x is not None for x in (a, b, A_log, dt_bias))
     pre = any(x is not None for x in (g, beta))
-    if raw == pre:
-        _bad("%s: give exactly one gate form: raw (a, b, A_log, dt_bias) or precomputed (g, beta)" % c.entry)
+    kda = False
     if raw:
         ndim = len(getattr(a, "shape", ()))
         kda = ndim == 3
@@ -551,34 +580,33 @@ def _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok):
         tb = c.t("b", b, (T, HV), (tq.dtype,), **tok)
         tA = c.t("A_log", A_log, (HV,), ("f32",))
         td = c.t("dt_bias", dt_bias, (HV, K) if kda else (HV,), ("f32",))
-        p.a, p.b, p.A_log, p.dt_bias = ta.ptr, tb.ptr, tA.ptr, td.ptr
-        p.a_stride, p.b_stride = ta.strides[0] if T > 1 else HV * (K if kda else 1), tb.strides[0] if T > 1 else HV
-    else:
-        kda = len(getattr(g, "shape", ())) == 3
+        t.a, t.b, t.A_log, t.dt_bias = ta.ptr, tb.ptr, tA.ptr, td.ptr
+        t.a_stride, t.b_stride = ta.strides[0] if T > 1 else HV * (K if kda else 1), tb.strides[0] if T > 1 else HV
+    if pre:
+        kda = kda or len(getattr(g, "shape", ())) == 3
         tg = c.t("g", g, (T, HV, K) if kda else (T, HV), ("f32",), empty_ok=empty_ok)
         tbeta = c.t("beta", beta, (T, HV), ("f32",), empty_ok=empty_ok)
-        p.g, p.beta = tg.ptr, tbeta.ptr
-    p.q, p.k, p.v, p.o = tq.ptr, tk.ptr, tv.ptr, to.ptr
-    stride = lambda t, row: t.strides[0] if T > 1 else row  # noqa: E731
-    p.q_stride, p.k_stride = stride(tq, H * K), stride(tk, H * K)
-    p.v_stride, p.o_stride = stride(tv, HV * V), stride(to, HV * V)
-    p.H, p.HV, p.K, p.V = H, HV, K, V
-    p.scale = K ** -0.5 if scale is None else _scale(c.entry, scale)
-    p.dtype = _act(tq)
-    p.variant = Variant.KDA if kda else Variant.GDN
-    p.qk_l2norm = _flag(c.entry, "qk_l2norm", qk_l2norm)
-    return o, T, H, HV, K, V, kda
+        t.g, t.beta = tg.ptr, tbeta.ptr
+    t.q, t.k, t.v, t.o = tq.ptr, tk.ptr, tv.ptr, to.ptr
+    stride = lambda x, row: x.strides[0] if T > 1 else row  # noqa: E731
+    t.q_stride, t.k_stride = stride(tq, H * K), stride(tk, H * K)
+    t.v_stride, t.o_stride = stride(tv, HV * V), stride(to, HV * V)
+    t.scale = K ** -0.5 if scale is None else _scale(c.entry, scale)
+    prob = _Problem(H, HV, K, V, _act(tq), Variant.KDA if kda else Variant.GDN,
+                    _flag(c.entry, "qk_l2norm", qk_l2norm))
+    return o, T, prob
 
 
-def _max_seqlen(c, cu_seqlens, max_seqlen, hi, why):
-    """The caller's max_seqlen, range-checked; None reads cu_seqlens (a device sync on CUDA)."""
+def _max_seqlen(c, cu_seqlens, max_seqlen):
+    """The caller's max_seqlen (an int32; the library checks its range); None reads cu_seqlens
+    (a device sync on CUDA)."""
     if max_seqlen is not None:
-        return _int(c.entry, "max_seqlen", max_seqlen, 1, hi, why)
+        return _i32(c.entry, "max_seqlen", max_seqlen)
     import numpy as np
     host = cu_seqlens.cpu().numpy() if hasattr(cu_seqlens, "cpu") else np.asarray(cu_seqlens)
     host = host.astype(np.int64)  # int32 differences of hostile values overflow
     msl = max(int((host[1:] - host[:-1]).max(initial=1)), 1)
-    return _int(c.entry, "max_seqlen (read from cu_seqlens)", msl, 1, hi, why)
+    return _i32(c.entry, "max_seqlen (read from cu_seqlens)", msl)
 
 
 def _error_word(c, error_word):
@@ -594,18 +622,19 @@ def recurrent(q, k, v, *, state, slots, cu_seqlens, o=None, write_state=True, sn
     c = _Call("replayssm_recurrent")
     p = _abi.RecurrentParams(struct_size=ctypes.sizeof(_abi.RecurrentParams))
     write_state = _flag(c.entry, "write_state", write_state)
-    o, T, H, HV, K, V, _ = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
+    o, T, prob = _tokens(c, p.tokens, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
+    HV, V, K = prob.HV, prob.V, prob.K
     ts = c.t("state", state, (None, HV, V, K), ("f32",), written=bool(write_state), pool_dims=1)
-    _pitches(c, p, ts, 0)
+    _pool_pitch_rule(c.entry, ts, 0)
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tcu = c.t("cu_seqlens", cu_seqlens, (B + 1,), ("i32",))
-    msl = _max_seqlen(c, cu_seqlens, max_seqlen, _I32_MAX, "")
+    msl = _max_seqlen(c, cu_seqlens, max_seqlen)
     tsn = c.t("snapshots", snapshots, (B, msl, HV, V, K), ("f32",), optional=True, written=True)
     tew = _error_word(c, error_word)
-    p.cu_seqlens, p.slots, p.state, p.snapshots, p.error_word = tcu.ptr, tsl.ptr, ts.ptr, _ptr(tsn), _ptr(tew)
-    p.num_tokens, p.batch, p.max_seqlen, p.num_slots = T, B, msl, ts.shape[0]
-    p.write_state = write_state
+    _fill_base(p.base, prob, ts, 0, tsl, tew)  # one layer: num_layers 1, layer 0
+    p.cu_seqlens, p.snapshots = tcu.ptr, _ptr(tsn)
+    p.num_tokens, p.max_seqlen, p.write_state = T, msl, write_state
     c.launch(p, tew)
     return o
 
@@ -625,8 +654,17 @@ def _spec_ring(c, ring, NL, NS, HV, V, K, act=None, written=False):
     return (tv.ptr, tk.ptr, tg.ptr, tb.ptr), tk.shape[2], W, kda, tv
 
 
-def _layer(c, layer, NL):
-    return _int(c.entry, "layer", layer, 0, NL - 1, " (state has %d layer%s)" % (NL, "" if NL == 1 else "s"))
+def _i32(where, name, value):
+    """`value` as the ABI's int32 field `name`: the type only. Its range is the library's rule
+    (src/checks/params.rs), reported with the C ABI's message: one definition of each rule."""
+    return _int(where, name, value, -_I32_MAX - 1, _I32_MAX, " (an int32)")
+
+
+def _layer(c, layer):
+    return _i32(c.entry, "layer", layer)
+
+
+_ACT_NAME = {DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16"}
 
 
 @_entry
@@ -636,43 +674,40 @@ def verify(q, k, v, *, state, slots, cu_seqlens, layer, ring=None, parent=None, 
     (state [NL, NS, HV, V, K], read only) and, with `ring`, the raw inputs written to it."""
     c = _Call("replayssm_verify")
     p = _abi.VerifyParams(struct_size=ctypes.sizeof(_abi.VerifyParams))
-    o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
+    o, T, prob = _tokens(c, p.tokens, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
+    H, HV, V, K = prob.H, prob.HV, prob.V, prob.K
     ts = c.t("state", state, (None, None, HV, V, K), ("f32",), pool_dims=2)
-    _pitches(c, p, ts, 1)
+    _pool_pitch_rule(c.entry, ts, 1)
     NL, NS = ts.shape[:2]
-    layer = _layer(c, layer, NL)
+    layer = _layer(c, layer)
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tcu = c.t("cu_seqlens", cu_seqlens, (B + 1,), ("i32",))
     tpa = c.t("parent", parent, (T,), ("i32",), optional=True, empty_ok=True)
     tew = _error_word(c, error_word)
-    p.window = _abi.MAX_VERIFY_WINDOW
+    ring_ptrs, window = (None,) * 4, 1  # without a ring: NULL pointers, window 1
     if ring is not None:
-        act = {DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16"}[DType(p.dtype)]
-        (p.ring_v, p.ring_k, p.ring_g, p.ring_beta), rh, p.window, rkda, _ = _spec_ring(
-            c, ring, NL, NS, HV, V, K, act, written=True)
-        if rh != H or rkda != kda:
+        ring_ptrs, rh, window, rkda, _ = _spec_ring(c, ring, NL, NS, HV, V, K, _ACT_NAME[DType(prob.dtype)],
+                                                    written=True)
+        if rh != H or rkda != (prob.variant == Variant.KDA):
             _bad("replayssm_verify: the ring's H or gate shape does not match the inputs")
-    p.cu_seqlens, p.parent, p.slots, p.state, p.error_word = tcu.ptr, _ptr(tpa), tsl.ptr, ts.ptr, _ptr(tew)
-    p.num_tokens, p.batch, p.num_slots, p.num_layers, p.layer = T, B, NS, NL, layer
-    p.max_seqlen = _max_seqlen(c, cu_seqlens, max_seqlen, _abi.MAX_VERIFY_WINDOW,
-                               " (draft tokens per request, MAX_VERIFY_WINDOW)")
+    _fill_base(p.base, prob, ts, 1, tsl, tew, layer)
+    _fill_ring(p.ring, ring_ptrs, window)
+    p.cu_seqlens, p.parent, p.num_tokens = tcu.ptr, _ptr(tpa), T
+    p.max_seqlen = _max_seqlen(c, cu_seqlens, max_seqlen)
     c.launch(p, tew)
     return o
 
 
-def _ring_problem(c, p, state, ring, qk_l2norm):
+def _ring_problem(c, state, ring, qk_l2norm):
+    """Checks F's and P's pool and spec ring; returns (pool, problem, ring pointers, W)."""
     ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True, pool_dims=2)
-    _pitches(c, p, ts, 1)
+    _pool_pitch_rule(c.entry, ts, 1)
     NL, NS, HV, V, K = ts.shape
     ptrs, H, W, kda, tv = _spec_ring(c, ring, NL, NS, HV, V, K)
-    p.state = ts.ptr
-    p.ring_v, p.ring_k, p.ring_g, p.ring_beta = ptrs
-    p.num_slots, p.num_layers, p.window = NS, NL, W
-    p.H, p.HV, p.K, p.V = H, HV, K, V
-    p.dtype, p.variant = _act(tv), Variant.KDA if kda else Variant.GDN
-    p.qk_l2norm = _flag(c.entry, "qk_l2norm", qk_l2norm)
-    return NL
+    prob = _Problem(H, HV, K, V, _act(tv), Variant.KDA if kda else Variant.GDN,
+                    _flag(c.entry, "qk_l2norm", qk_l2norm))
+    return ts, prob, ptrs, W
 
 
 @_entry
@@ -682,7 +717,7 @@ def fold(*, state, ring, slots, accept_lens=None, accept_paths=None, track_slots
     fp32 checkpoint of every layer, in place, bit-identical to kernel R."""
     c = _Call("replayssm_fold")
     p = _abi.FoldParams(struct_size=ctypes.sizeof(_abi.FoldParams))
-    _ring_problem(c, p, state, ring, qk_l2norm)
+    ts, prob, ring_ptrs, W = _ring_problem(c, state, ring, qk_l2norm)
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tl = c.t("accept_lens", accept_lens, (B,), ("i32",), optional=True)
@@ -690,9 +725,11 @@ def fold(*, state, ring, slots, accept_lens=None, accept_paths=None, track_slots
     tts = c.t("track_slots", track_slots, (B,), ("i32",), optional=True)
     ttp = c.t("track_steps", track_steps, (B,), ("i32",), optional=True)
     tew = _error_word(c, error_word)
-    p.slots, p.accept_lens, p.accept_paths = tsl.ptr, _ptr(tl), _ptr(tp)
-    p.track_slots, p.track_steps, p.error_word = _ptr(tts), _ptr(ttp), _ptr(tew)
-    p.batch, p.path_width = B, (tp.shape[1] if tp is not None else 0)
+    _fill_base(p.base, prob, ts, 1, tsl, tew)  # all layers: layer 0
+    _fill_ring(p.ring, ring_ptrs, W)
+    p.accept_lens, p.accept_paths = _ptr(tl), _ptr(tp)
+    p.track_slots, p.track_steps = _ptr(tts), _ptr(ttp)
+    p.path_width = tp.shape[1] if tp is not None else 0
     c.launch(p, tew)
 
 
@@ -701,19 +738,23 @@ def replay(*, state, ring, slots, counts, layer, qk_l2norm=True, error_word=None
     """Kernel P: replays counts[b] ring records of layer `layer` into each live slot's checkpoint."""
     c = _Call("replayssm_replay")
     p = _abi.ReplayParams(struct_size=ctypes.sizeof(_abi.ReplayParams))
-    NL = _ring_problem(c, p, state, ring, qk_l2norm)
-    layer = _layer(c, layer, NL)
+    ts, prob, ring_ptrs, W = _ring_problem(c, state, ring, qk_l2norm)
+    layer = _layer(c, layer)
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tc = c.t("counts", counts, (B,), ("i32",))
     tew = _error_word(c, error_word)
-    p.slots, p.counts, p.error_word, p.batch, p.layer = tsl.ptr, tc.ptr, _ptr(tew), B, layer
+    _fill_base(p.base, prob, ts, 1, tsl, tew, layer)
+    _fill_ring(p.ring, ring_ptrs, W)
+    p.counts = tc.ptr
     c.launch(p, tew)
 
 
 def _decode_ring(c, p, state, decode_ring, kda=None, ring_written=False):
+    """Checks D's pool and its f32 decode ring and fills D's own ring fields (ring_d, ring_k,
+    ring_g, cache_len: not the spec ring part); returns (pool, H of ring_k, whether ring_g is per K)."""
     ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True, pool_dims=2)
-    _pitches(c, p, ts, 1)
+    _pool_pitch_rule(c.entry, ts, 1)
     NL, NS, HV, V, K = ts.shape
     if decode_ring is None or len(decode_ring) != 3:
         _bad("%s: decode_ring must be (ring_d, ring_k, ring_g)" % c.entry)
@@ -726,10 +767,9 @@ def _decode_ring(c, p, state, decode_ring, kda=None, ring_written=False):
     tg = c.t("ring_g", rg, (NL, NS, HV, L, K) if gk else (NL, NS, HV, L), ("f32",), **w)
     if kda is not None and gk != kda:
         _bad("%s: ring_g's shape does not match the gate's variant" % c.entry)
-    p.state, p.ring_d, p.ring_k, p.ring_g = ts.ptr, td.ptr, tk.ptr, tg.ptr
-    p.num_slots, p.num_layers = NS, NL
-    p.cache_len = _int(c.entry, "cache_len (ring_d's dim 3)", L, 1, _abi.MAX_CACHE_LEN)
-    return NL, NS, HV, V, K, tk.shape[2], gk
+    p.ring_d, p.ring_k, p.ring_g = td.ptr, tk.ptr, tg.ptr
+    p.cache_len = _i32(c.entry, "cache_len (ring_d's dim 3)", L)
+    return ts, tk.shape[2], gk
 
 
 @_entry
@@ -739,15 +779,15 @@ def decode(q, k, v, *, state, decode_ring, slots, positions, layer, force_flush=
     cursor snapshot (decode_cursors SNAPSHOT). Returns o."""
     c = _Call("replayssm_decode")
     p = _abi.DecodeParams(struct_size=ctypes.sizeof(_abi.DecodeParams))
-    o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=False)
-    NL = _decode_ring(c, p, state, decode_ring, kda, ring_written=True)[0]
-    layer = _layer(c, layer, NL)
+    o, T, prob = _tokens(c, p.tokens, q, k, v, o, gate, scale, qk_l2norm, empty_ok=False)
+    ts = _decode_ring(c, p, state, decode_ring, prob.variant == Variant.KDA, ring_written=True)[0]
+    layer = _layer(c, layer)
     tsl = c.t("slots", slots, (T,), ("i32",))
     tpo = c.t("positions", positions, (T,), ("i32",))
     tff = c.t("force_flush", force_flush, (T,), ("i32",), optional=True)
     tew = _error_word(c, error_word)
-    p.slots, p.positions, p.force_flush, p.error_word = tsl.ptr, tpo.ptr, _ptr(tff), _ptr(tew)
-    p.batch, p.layer = T, layer
+    _fill_base(p.base, prob, ts, 1, tsl, tew, layer)  # batch = T: one token per row
+    p.positions, p.force_flush = tpo.ptr, _ptr(tff)
     c.launch(p, tew)
     return o
 
@@ -757,15 +797,16 @@ def decode_materialize(*, state, decode_ring, slots, positions, qk_l2norm=True, 
     """Replays positions[b] pending records of every layer into slot slots[b]'s checkpoint."""
     c = _Call("replayssm_decode_materialize")
     p = _abi.DecodeParams(struct_size=ctypes.sizeof(_abi.DecodeParams))
-    NL, NS, HV, V, K, H, kda = _decode_ring(c, p, state, decode_ring)
+    ts, H, kda = _decode_ring(c, p, state, decode_ring)
+    _, _, HV, V, K = ts.shape
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tpo = c.t("positions", positions, (B,), ("i32",))
     tew = _error_word(c, error_word)
-    p.slots, p.positions, p.error_word, p.batch = tsl.ptr, tpo.ptr, _ptr(tew), B
-    p.H, p.HV, p.K, p.V = H, HV, K, V
-    p.dtype, p.variant = DType.F32, Variant.KDA if kda else Variant.GDN
-    p.qk_l2norm = _flag(c.entry, "qk_l2norm", qk_l2norm)
+    prob = _Problem(H, HV, K, V, DType.F32, Variant.KDA if kda else Variant.GDN,
+                    _flag(c.entry, "qk_l2norm", qk_l2norm))
+    _fill_base(p.base, prob, ts, 1, tsl, tew)  # every layer: layer 0; the token part stays empty
+    p.positions = tpo.ptr
     c.launch(p, tew)
 
 
@@ -776,7 +817,7 @@ def decode_cursors(op, *, cursors, slots, cache_len, positions=None, force_flush
     c = _Call("replayssm_decode_cursors")
     p = _abi.CursorParams(struct_size=ctypes.sizeof(_abi.CursorParams))
     op = _enum(c.entry, "op", op, CursorOp)
-    cache_len = _int(c.entry, "cache_len", cache_len, 1, _abi.MAX_CACHE_LEN, " (MAX_CACHE_LEN)")
+    cache_len = _i32(c.entry, "cache_len", cache_len)
     snapshot = op == CursorOp.SNAPSHOT
     # SNAPSHOT reads the cursors and writes positions; ADVANCE and RESET write the cursors.
     tc = c.t("cursors", cursors, (None,), ("i32",), written=not snapshot)
@@ -800,19 +841,20 @@ def verify_fold(q, k, v, *, state, slots, cu_seqlens, layer, ring, pending, pare
     defer(DeferOp.COMMIT, ...)."""
     c = _Call("replayssm_verify_fold")
     p = _abi.VerifyFoldParams(struct_size=ctypes.sizeof(_abi.VerifyFoldParams))
-    o, T, H, HV, K, V, kda = _tokens(c, p, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
+    pv = p.verify  # a whole verify, its own header included
+    pv.struct_size = ctypes.sizeof(_abi.VerifyParams)
+    o, T, prob = _tokens(c, pv.tokens, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
+    H, HV, V, K = prob.H, prob.HV, prob.V, prob.K
     ts = c.t("state", state, (None, None, HV, V, K), ("f32",), written=True, pool_dims=2)
-    _pitches(c, p, ts, 1)
+    _pool_pitch_rule(c.entry, ts, 1)
     NL, NS = ts.shape[:2]
-    layer = _layer(c, layer, NL)
+    layer = _layer(c, layer)
     tsl = c.t("slots", slots, (None,), ("i32",))
     B = tsl.shape[0]
     tcu = c.t("cu_seqlens", cu_seqlens, (B + 1,), ("i32",))
     tpa = c.t("parent", parent, (T,), ("i32",), optional=True, empty_ok=True)
-    act = {DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16"}[DType(p.dtype)]
-    (p.ring_v, p.ring_k, p.ring_g, p.ring_beta), rh, W2, rkda, _ = _spec_ring(
-        c, ring, NL, NS, HV, V, K, act, written=True)
-    if rh != H or rkda != kda:
+    ring_ptrs, rh, W2, rkda, _ = _spec_ring(c, ring, NL, NS, HV, V, K, _ACT_NAME[DType(prob.dtype)], written=True)
+    if rh != H or rkda != (prob.variant == Variant.KDA):
         _bad("replayssm_verify_fold: the ring's H or gate shape does not match the inputs")
     if W2 % 2 != 0:
         _bad("replayssm_verify_fold: the ring holds two windows: its dim 3 (%d) must be 2 W" % W2)
@@ -820,11 +862,11 @@ def verify_fold(q, k, v, *, state, slots, cu_seqlens, layer, ring, pending, pare
     tts = c.t("track_slots", track_slots, (B,), ("i32",), optional=True)
     ttp = c.t("track_steps", track_steps, (B,), ("i32",), optional=True)
     tew = _error_word(c, error_word)
-    p.window = W2
-    p.cu_seqlens, p.parent, p.slots, p.state, p.error_word = tcu.ptr, _ptr(tpa), tsl.ptr, ts.ptr, _ptr(tew)
+    _fill_base(pv.base, prob, ts, 1, tsl, tew, layer)
+    _fill_ring(pv.ring, ring_ptrs, W2)
+    pv.cu_seqlens, pv.parent, pv.num_tokens = tcu.ptr, _ptr(tpa), T
     p.pending, p.track_slots, p.track_steps = tpe.ptr, _ptr(tts), _ptr(ttp)
-    p.num_tokens, p.batch, p.num_slots, p.num_layers, p.layer = T, B, NS, NL, layer
-    p.max_seqlen = _max_seqlen(c, cu_seqlens, max_seqlen, W2 // 2, " (draft tokens per request, W)")
+    pv.max_seqlen = _max_seqlen(c, cu_seqlens, max_seqlen)
     c.launch(p, tew)
     return o
 

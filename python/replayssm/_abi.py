@@ -5,6 +5,7 @@ header change without this file fails loudly instead of passing garbage.
 """
 
 import ctypes
+import math
 import enum
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 c_void_p = ctypes.c_void_p
 i32, i64, u32, f32 = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint32, ctypes.c_float
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 MAX_VERIFY_WINDOW = 16
 # Most records of a decode ring: cache_len's limit (REPLAYSSM_MAX_CACHE_LEN in include/replayssm.h).
 MAX_CACHE_LEN = 1 << 16
@@ -69,28 +70,14 @@ class DevErr(enum.IntFlag):
     TRACK_STEP = 0x40
 
 
-# What each device error bit means (the header's REPLAYSSM_DEVERR_* comments), for messages.
-DEVERR_MEANING = {
-    DevErr.SLOT_OUT_OF_RANGE: "a slot outside -1..num_slots-1; the row was skipped",
-    DevErr.BAD_SEQLENS: "cu_seqlens not increasing, beyond num_tokens / max_seqlen, or not from 0 to num_tokens",
-    DevErr.BAD_LENGTH: "an accept length, replay count, cursor or position out of range",
-    DevErr.TRACK_SLOT: "a track slot out of range, or (verify_fold) with records pending; the track was skipped",
-    DevErr.BAD_TREE: "a bad tree parent or accepted path; the request was skipped",
-    DevErr.DUPLICATE_SLOT: "live slots or track slots repeated in one launch; those rows were skipped",
-    DevErr.TRACK_STEP: "track step outside the committed steps of a tracked row; the track was skipped",
-}
-
-
-def describe_deverr(bits):
-    """The set bits of a device error word, by name and meaning (unknown bits in hex)."""
-    parts, rest = [], int(bits) & 0xFFFFFFFF
-    for flag, meaning in DEVERR_MEANING.items():
-        if rest & flag:
-            parts.append("%s (%s)" % (flag.name, meaning))
-            rest &= ~int(flag)
-    if rest:
-        parts.append("unknown bits %#x (a newer library than this binding?)" % rest)
-    return "; ".join(parts)
+def describe_deverr(lib, bits):
+    """The set bits of a device error word, by name and meaning: the library's one table
+    (`replayssm_device_error_string`), as Rust and C print it."""
+    bits = int(bits) & 0xFFFFFFFF
+    n = lib.replayssm_device_error_string(bits, None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.replayssm_device_error_string(bits, buf, n + 1)
+    return buf.value.decode()
 
 
 class FieldRangeError(ValueError):
@@ -111,7 +98,12 @@ class _Params(ctypes.Structure):
         kinds = _KINDS.get(type(self))
         if kinds is None:
             kinds = _KINDS[type(self)] = dict(type(self)._fields_)
-        kind = kinds.get(name)
+        if name not in kinds:
+            # ctypes would keep a misspelt (or pre-ABI 3: `p.window` for `p.ring.window`) name as a
+            # plain attribute, leaving the field it meant at 0 without a word.
+            raise AttributeError("%s has no field %r (fields: %s)"
+                                 % (type(self).__name__, name, ", ".join(kinds)))
+        kind = kinds[name]
         if kind in _INT_RANGE:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise FieldRangeError("%s = %r is not an int (%s)" % (name, value, type(value).__name__))
@@ -121,17 +113,17 @@ class _Params(ctypes.Structure):
                                       % (name, value, kind.__name__, lo, hi))
         elif kind is f32:
             v = float(value)
-            if not (abs(v) <= _F32_MAX) or (v != 0 and f32(v).value == 0):
-                raise FieldRangeError("%s = %r is not a finite float32 (|x| <= %g, not underflowing to 0)"
+            # NaN and inf are float32 values (whether a field may hold them is the library's
+            # rule); a finite value past float32's range or underflowing to 0 would change.
+            if math.isfinite(v) and (abs(v) > _F32_MAX or (v != 0 and f32(v).value == 0)):
+                raise FieldRangeError("%s = %r does not fit a float32 (|x| <= %g, not underflowing to 0)"
                                       % (name, value, _F32_MAX))
         super().__setattr__(name, value)
 
 
 _HEADER = [("struct_size", u32), ("flags", u32)]
-_TOKENS = [(n, c_void_p) for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias", "g", "beta")]
-_STRIDES = [(n, i64) for n in ("q_stride", "k_stride", "v_stride", "a_stride", "b_stride", "o_stride")]
 _DIMS = [(n, i32) for n in ("H", "HV", "K", "V")]
-# The checkpoint pool's pitches in elements (0 = packed), at the end of the structs that have a pool.
+# The checkpoint pool's pitches in elements (0 = packed).
 _PITCHES = [("state_slot_stride", i64), ("state_layer_stride", i64)]
 
 
@@ -143,40 +135,57 @@ def _ints(*names):
     return [(n, i32) for n in names]
 
 
+# ABI 3 composes every kernel's params of one params base and parts (src/capi/params.rs): the
+# header, then the base, the token part and the spec ring where the kernel has them, then its own
+# fields. The parts are _Params too, so their fields keep the range checks (`p.base.batch = ...`).
+
+class BaseParams(_Params):
+    """replayssm_base_params: the pool (slot s of layer l at l * state_layer_stride +
+    s * state_slot_stride elements, 0 = packed), the rows, the heads and the device error word."""
+    _fields_ = (_ptrs("state", "slots", "error_word") + _PITCHES
+                + _ints("batch", "num_slots", "num_layers", "layer") + _DIMS
+                + _ints("dtype", "variant", "qk_l2norm", "reserved"))
+
+
+class TokenParams(_Params):
+    """replayssm_token_params: the token inputs and output of R, V and D, strides in elements per
+    token; gate raw (a, b, A_log, dt_bias) or precomputed (g, beta)."""
+    _fields_ = (_ptrs("q", "k", "v", "a", "b", "A_log", "dt_bias", "g", "beta", "o")
+                + [(n, i64) for n in ("q_stride", "k_stride", "v_stride", "a_stride", "b_stride", "o_stride")]
+                + [("scale", f32), ("reserved", i32)])
+
+
+class RingParams(_Params):
+    """replayssm_ring_params: the spec ring (raw v, k; log decay g, beta) and its window."""
+    _fields_ = _ptrs("v", "k", "g", "beta") + _ints("window", "reserved")
+
+
+_BASE, _TOKENS, _RING = [("base", BaseParams)], [("tokens", TokenParams)], [("ring", RingParams)]
+
+
 class RecurrentParams(_Params):
-    _fields_ = (_HEADER + _TOKENS + _ptrs("cu_seqlens", "slots", "state", "snapshots", "o", "error_word")
-                + _STRIDES + _ints("num_tokens", "batch", "max_seqlen", "num_slots") + _DIMS
-                + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "write_state", "reserved") + _PITCHES[:1])
+    _fields_ = (_HEADER + _BASE + _TOKENS + _ptrs("cu_seqlens", "snapshots")
+                + _ints("num_tokens", "max_seqlen", "write_state", "reserved"))
 
 
 class VerifyParams(_Params):
-    _fields_ = (_HEADER + _TOKENS
-                + _ptrs("cu_seqlens", "parent", "slots", "state", "o", "ring_v", "ring_k", "ring_g",
-                        "ring_beta", "error_word")
-                + _STRIDES + _ints("num_tokens", "batch", "max_seqlen", "num_slots", "num_layers", "layer",
-                                   "window") + _DIMS
-                + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "reserved") + _PITCHES)
+    _fields_ = (_HEADER + _BASE + _TOKENS + _RING + _ptrs("cu_seqlens", "parent")
+                + _ints("num_tokens", "max_seqlen"))
 
 
 class FoldParams(_Params):
-    _fields_ = (_HEADER
-                + _ptrs("state", "ring_v", "ring_k", "ring_g", "ring_beta", "slots", "accept_lens", "track_slots",
-                        "track_steps", "accept_paths", "error_word")
-                + _ints("batch", "num_slots", "num_layers", "window") + _DIMS
-                + _ints("dtype", "variant", "qk_l2norm", "path_width") + _PITCHES)
+    _fields_ = (_HEADER + _BASE + _RING + _ptrs("accept_lens", "track_slots", "track_steps", "accept_paths")
+                + _ints("path_width", "reserved"))
 
 
 class ReplayParams(_Params):
-    _fields_ = (_HEADER + _ptrs("state", "ring_v", "ring_k", "ring_g", "ring_beta", "slots", "counts", "error_word")
-                + _ints("batch", "num_slots", "num_layers", "layer", "window") + _DIMS
-                + _ints("dtype", "variant", "qk_l2norm") + _PITCHES)
+    _fields_ = _HEADER + _BASE + _RING + _ptrs("counts")
 
 
 class DecodeParams(_Params):
-    _fields_ = (_HEADER + _TOKENS
-                + _ptrs("slots", "positions", "force_flush", "state", "ring_d", "ring_k", "ring_g", "o", "error_word")
-                + _STRIDES + _ints("batch", "num_slots", "num_layers", "layer", "cache_len") + _DIMS
-                + [("scale", f32)] + _ints("dtype", "variant", "qk_l2norm", "reserved") + _PITCHES)
+    # D's own f32 ring (ring_d, ring_k, ring_g) is not the spec ring: its fields stay at the top.
+    _fields_ = (_HEADER + _BASE + _TOKENS + _ptrs("positions", "force_flush", "ring_d", "ring_k", "ring_g")
+                + _ints("cache_len", "reserved"))
 
 
 class CursorParams(_Params):
@@ -185,12 +194,23 @@ class CursorParams(_Params):
 
 
 class VerifyFoldParams(_Params):
-    _fields_ = (VerifyParams._fields_ + _ptrs("pending", "track_slots", "track_steps"))
+    # A whole verify, its own header included (verify.struct_size = sizeof(VerifyParams)).
+    _fields_ = _HEADER + [("verify", VerifyParams)] + _ptrs("pending", "track_slots", "track_steps")
 
 
 class DeferParams(_Params):
     _fields_ = (_HEADER + _ptrs("pending", "slots", "accept_lens", "accept_paths", "paths", "error_word")
                 + _ints("batch", "num_slots", "window", "path_width", "op", "reserved"))
+
+
+# The parts' sizes (the library reports only the 8 top-level structs' through
+# replayssm_struct_size; these pin the parts so a layout slip names the part, not just its user).
+PART_SIZES = {"replayssm_base_params": (BaseParams, 88), "replayssm_token_params": (TokenParams, 136),
+              "replayssm_ring_params": (RingParams, 40)}
+for _name, (_struct, _size) in PART_SIZES.items():
+    if ctypes.sizeof(_struct) != _size:  # pragma: no cover - a slip in this file
+        raise ImportError("%s: the binding's layout is %d bytes, ABI %d's %d"
+                          % (_name, ctypes.sizeof(_struct), ABI_VERSION, _size))
 
 
 STRUCTS = {
@@ -257,6 +277,8 @@ def load():
     lib.replayssm_version.restype = u32
     lib.replayssm_status_string.restype = ctypes.c_char_p
     lib.replayssm_status_string.argtypes = [i32]
+    lib.replayssm_device_error_string.restype = ctypes.c_size_t
+    lib.replayssm_device_error_string.argtypes = [u32, ctypes.c_char_p, ctypes.c_size_t]
     lib.replayssm_last_error_message.restype = ctypes.c_char_p
     lib.replayssm_last_cuda_error.restype = i32
     lib.replayssm_backend_available.restype = i32

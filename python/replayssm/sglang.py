@@ -214,7 +214,7 @@ def fused_sigmoid_gating_delta_rule_update(
             fn, softplus_beta, softplus_threshold))
     if softplus_beta != 1.0 or softplus_threshold != 20.0:
         _unsupported(fn, "(softplus_beta, softplus_threshold)", (softplus_beta, softplus_threshold),
-                     "replayssm's gate is softplus with beta 1.0, linear above 20.0 (SPEC 3)")
+                     "replayssm's gate is softplus with beta 1.0, linear above 20.0 (design §3)")
     if initial_state_source is None:
         _unsupported(fn, "initial_state_source", None, "replayssm reads a checkpoint pool (pass a zeroed one)")
     kda = _flag(fn, "is_kda", is_kda)

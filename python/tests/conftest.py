@@ -15,7 +15,7 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def delta_rule_reference(q, k, v, g, beta, state, slots, cu_seqlens, scale, l2norm=True):
-    """Kernel R's maths (SPEC section 3) in float64 with a precomputed gate, written independently
+    """Kernel R's maths (design §3) in float64 with a precomputed gate, written independently
     of the crate: g is the log decay [T, HV] (GDN) or [T, HV, K] (KDA). Returns (o, final states)."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]

@@ -1,6 +1,7 @@
 """One source of host checks: every row of tests/callers/fold_refusals.txt (the table the Rust API
-and the C ABI are held to in tests/callers.rs) is refused through Python with the same words, and
-a refusal writes nothing."""
+and the C ABI are held to in tests/callers.rs) and of tests/callers/refusals.txt (every entry; the
+C ABI and the kernel layer are held to it in tests/hostile.rs) is refused through Python with the
+same words, and a refusal writes nothing."""
 
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import replayssm as rs
 
 TABLE = Path(__file__).resolve().parents[2] / "tests" / "callers" / "fold_refusals.txt"
+SHARED = TABLE.with_name("refusals.txt")
 SLOTS, WINDOW, H, HV, V = 4, 4, 1, 2, 32
 
 
@@ -42,3 +44,35 @@ def test_python_refuses_every_row_with_the_tables_words(K, slots, lens, track_sl
                 track_steps=track_steps)
     assert says in e.value.message, e.value.message
     assert np.array_equal(state, before), "a refusal wrote the pool"
+
+
+def shared_rows():
+    out = []
+    for line in SHARED.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        entry, edit, says = [x.strip() for x in line.split("|")]
+        out.append(pytest.param(entry, edit, says, id="%s: %s" % (entry, edit)))
+    assert len(out) >= 20, "the table lost rows"
+    return out
+
+
+@pytest.mark.parametrize("entry,edit,says", shared_rows())
+def test_python_refuses_every_row_of_the_shared_table_with_its_words(rng, entry, edit, says):
+    from test_hostile import calls
+
+    fn, kw = calls(rng)[entry]
+    name, value = [x.strip() for x in edit.split("=")]
+    if "[" in name:
+        name, i = name.rstrip("]").split("[")
+        arr = np.array(kw[name], copy=True)
+        arr[int(i)] = int(value)
+        kw[name] = arr
+    else:
+        kw[name] = float(value) if name == "scale" else int(value)
+    before = {n: x.copy() for n, x in kw.items() if isinstance(x, np.ndarray) and n not in ("o",)}
+    with pytest.raises(rs.ReplaySSMError) as e:
+        fn(**kw)
+    assert says in e.value.message, e.value.message
+    for n, x in before.items():
+        assert np.array_equal(kw[n], x, equal_nan=True), "a refusal wrote %s" % n

@@ -252,24 +252,24 @@ def test_a_read_only_memmap_output_is_refused_not_a_segfault(tmp_path, entry, ar
 
 INTS = [
     # (entry, changes, message): ctypes would store 2**32 + 1 as 1, int(1.5) is 1, int(True) is 1.
-    ("verify", dict(layer=2 ** 32 + 1), r"layer = 4294967297 is out of range, must be in 0\.\.=1 \(state has 2"),
-    ("verify", dict(layer=-2 ** 32), r"layer = -4294967296 is out of range, must be in 0\.\.=1"),
-    ("verify", dict(layer=1.5), r"layer = 1\.5 is not an integer \(float\), expected an integer in 0\.\.=1"),
+    ("verify", dict(layer=2 ** 32 + 1), r"layer = 4294967297 is out of range, must be in -2147483648\.\.=2147483647 \(an int32\)"),
+    ("verify", dict(layer=-2 ** 32), r"layer = -4294967296 is out of range, must be in -2147483648\.\.=2147483647 \(an int32\)"),
+    ("verify", dict(layer=1.5), r"layer = 1\.5 is not an integer \(float\)"),
     ("verify", dict(layer=True), r"layer = True is a bool"),
     ("verify", dict(layer="1"), r"layer = '1' is not an integer \(str\)"),
     ("verify", dict(layer=np.float64(1.0)), r"layer = .*1\.0.* is not an integer"),
-    ("verify", dict(layer=2), r"layer = 2 is out of range, must be in 0\.\.=1"),
-    ("verify", dict(max_seqlen=2 ** 32 + 3), r"max_seqlen = 4294967299 is out of range, must be in 1\.\.=16"),
+    ("verify", dict(layer=2), r"layer = 2, must be in 0\.\.=1"),
+    ("verify", dict(max_seqlen=2 ** 32 + 3), r"max_seqlen = 4294967299 is out of range, must be in -2147483648\.\.=2147483647 \(an int32\)"),
     ("verify", dict(max_seqlen=3.0), r"max_seqlen = 3\.0 is not an integer"),
-    ("replay", dict(layer=2 ** 32), r"layer = 4294967296 is out of range, must be in 0\.\.=1"),
+    ("replay", dict(layer=2 ** 32), r"layer = 4294967296 is out of range, must be in -2147483648\.\.=2147483647 \(an int32\)"),
     ("replay", dict(layer=np.bool_(False)), r"layer = .*False.* is a bool"),
-    ("decode", dict(layer=2 ** 32 + 1), r"layer = 4294967297 is out of range, must be in 0\.\.=1"),
+    ("decode", dict(layer=2 ** 32 + 1), r"layer = 4294967297 is out of range, must be in -2147483648\.\.=2147483647 \(an int32\)"),
     ("decode", dict(layer=0.0), r"layer = 0\.0 is not an integer"),
-    ("recurrent", dict(max_seqlen=2 ** 40), r"max_seqlen = 1099511627776 is out of range, must be in 1\.\.=2147483647"),
+    ("recurrent", dict(max_seqlen=2 ** 40), r"max_seqlen = 1099511627776 is out of range, must be in -2147483648\.\.=2147483647 \(an int32\)"),
     ("recurrent", dict(max_seqlen=2 ** 32 + 5), r"max_seqlen = 4294967301 is out of range"),
     ("recurrent", dict(max_seqlen=True), r"max_seqlen = True is a bool"),
-    ("recurrent", dict(max_seqlen=0), r"max_seqlen = 0 is out of range, must be in 1\.\."),
-    ("decode_cursors", dict(cache_len=2 ** 32 + 4), r"cache_len = 4294967300 is out of range, must be in 1\.\.=65536"),
+    ("recurrent", dict(max_seqlen=0), r"max_seqlen = 0, must be at least 1"),
+    ("decode_cursors", dict(cache_len=2 ** 32 + 4), r"cache_len = 4294967300 is out of range, must be in -2147483648\.\.=2147483647 \(an int32\)"),
     ("decode_cursors", dict(cache_len=4.0), r"cache_len = 4\.0 is not an integer"),
     ("decode_cursors", dict(cache_len=True), r"cache_len = True is a bool"),
     ("decode_cursors", dict(op=True), r"op = True is a bool"),
@@ -284,19 +284,19 @@ INTS = [
     # scale: a finite real that float32 holds.
     ("recurrent", dict(scale="0.5"), r"scale = '0\.5' is not a real number \(str\)"),
     ("recurrent", dict(scale=True), r"scale = True is not a real number"),
-    ("recurrent", dict(scale=float("nan")), r"scale = nan is not finite"),
+    ("recurrent", dict(scale=float("nan")), r"scale = NaN is not finite"),
     ("verify", dict(scale=float("-inf")), r"scale = -inf is not finite"),
     ("decode", dict(scale=1e39), r"scale = 1e\+39 is outside float32's range"),
     ("decode", dict(scale=1e-50), r"scale = 1e-50 is outside float32's range"),
     ("recurrent", dict(scale=1j), r"scale = 1j is not a real number \(complex\)"),
     # The deferred fold: max_seqlen is bounded by W (one half of the ring), W by the table's width.
-    ("verify_fold", dict(layer=2 ** 32 + 1), r"layer = 4294967297 is out of range, must be in 0\.\.=1 \(state has 2"),
-    ("verify_fold", dict(layer=-1), r"layer = -1 is out of range, must be in 0\.\.=1"),
+    ("verify_fold", dict(layer=2 ** 32 + 1), r"layer = 4294967297 is out of range, must be in -2147483648\.\.=2147483647 \(an int32\)"),
+    ("verify_fold", dict(layer=-1), r"layer = -1, must be in 0\.\.=1"),
     ("verify_fold", dict(layer=True), r"layer = True is a bool"),
     ("verify_fold", dict(layer=1.0), r"layer = 1\.0 is not an integer \(float\)"),
     ("verify_fold", dict(max_seqlen=W + 1),
-     r"max_seqlen = 5 is out of range, must be in 1\.\.=4 \(draft tokens per request, W\)"),
-    ("verify_fold", dict(max_seqlen=2 ** 32 + 3), r"max_seqlen = 4294967299 is out of range, must be in 1\.\.=4"),
+     r"max_seqlen = 5 exceeds W = 4 \(window / 2\)"),
+    ("verify_fold", dict(max_seqlen=2 ** 32 + 3), r"max_seqlen = 4294967299 is out of range, must be in -2147483648\.\.=2147483647 \(an int32\)"),
     ("verify_fold", dict(max_seqlen="3"), r"max_seqlen = '3' is not an integer \(str\)"),
     ("verify_fold", dict(qk_l2norm="yes"), r"qk_l2norm = 'yes' is not a bool"),
     ("verify_fold", dict(scale=float("inf")), r"scale = inf is not finite"),
@@ -340,26 +340,100 @@ def test_backend_and_config_arguments_are_not_truncated():
     refused(lambda: rs.validate_config("--enable-linear-replayssm-spec"), match=r"is a string, expected a list")
 
 
+def _field(p, path):
+    """(the struct holding the field at dotted `path` in params `p`, the field's name)."""
+    *parts, name = path.split(".")
+    for part in parts:
+        p = getattr(p, part)
+    return p, name
+
+
 def test_the_params_structs_refuse_values_their_fields_cannot_hold():
-    # The net behind the checks above: no struct field truncates silently.
+    # The net behind the checks above: no struct field truncates silently, in the params base and
+    # parts (ABI 3) as at the top.
     p = _abi.RecurrentParams()
-    for field, value in (("batch", 2 ** 31), ("num_tokens", -2 ** 31 - 1), ("q_stride", 2 ** 63), ("flags", -1),
-                         ("layer" if hasattr(p, "layer") else "num_slots", 1.5), ("max_seqlen", True)):
+    for path, value in (("base.batch", 2 ** 31), ("num_tokens", -2 ** 31 - 1), ("tokens.q_stride", 2 ** 63),
+                        ("flags", -1), ("base.layer", 1.5), ("max_seqlen", True), ("base.state_slot_stride", 2 ** 63),
+                        ("tokens.reserved", 2 ** 31)):
         TALLY["inputs"] += 1
-        with pytest.raises(_abi.FieldRangeError, match=field):
-            setattr(p, field, value)
-    for value in (float("nan"), 1e39, 1e-50):
+        holder, name = _field(p, path)
+        with pytest.raises(_abi.FieldRangeError, match=name):
+            setattr(holder, name, value)
+    for value in (1e39, 1e-50):  # NaN is a float32; the library refuses it as a scale
         TALLY["inputs"] += 1
         with pytest.raises(_abi.FieldRangeError, match="scale"):
-            p.scale = value
-    p.batch, p.q_stride, p.scale = 2 ** 31 - 1, 2 ** 40, 0.125
-    assert (p.batch, p.q_stride, p.scale) == (2 ** 31 - 1, 2 ** 40, 0.125)
-    for cls, field, value in ((_abi.VerifyFoldParams, "window", 2 ** 32 + 8), (_abi.VerifyFoldParams, "layer", True),
-                              (_abi.DeferParams, "op", 2 ** 31), (_abi.DeferParams, "window", 4.0),
-                              (_abi.DeferParams, "reserved", -2 ** 31 - 1), (_abi.DeferParams, "flags", 2 ** 32)):
+            p.tokens.scale = value
+    p.base.batch, p.tokens.q_stride, p.tokens.scale = 2 ** 31 - 1, 2 ** 40, 0.125
+    assert (p.base.batch, p.tokens.q_stride, p.tokens.scale) == (2 ** 31 - 1, 2 ** 40, 0.125)
+    for cls, path, value in ((_abi.VerifyFoldParams, "verify.ring.window", 2 ** 32 + 8),
+                             (_abi.VerifyFoldParams, "verify.base.layer", True),
+                             (_abi.VerifyParams, "ring.reserved", 2 ** 31), (_abi.FoldParams, "path_width", 2.0),
+                             (_abi.DeferParams, "op", 2 ** 31), (_abi.DeferParams, "window", 4.0),
+                             (_abi.DeferParams, "reserved", -2 ** 31 - 1), (_abi.DeferParams, "flags", 2 ** 32)):
         TALLY["inputs"] += 1
-        with pytest.raises(_abi.FieldRangeError, match=field):
-            setattr(cls(), field, value)
+        holder, name = _field(cls(), path)
+        with pytest.raises(_abi.FieldRangeError, match=name):
+            setattr(holder, name, value)
+
+
+def test_the_params_structs_refuse_a_field_they_do_not_have():
+    # ctypes keeps an unknown name as a plain attribute: an ABI 2 spelling (`p.window`, `p.ring_v`,
+    # `p.state` at the top) would leave the ABI 3 field it meant at 0 without a word.
+    for cls, name in ((_abi.VerifyParams, "window"), (_abi.VerifyParams, "ring_v"), (_abi.FoldParams, "state"),
+                      (_abi.RecurrentParams, "q"), (_abi.RingParams, "ring_v"), (_abi.DecodeParams, "window")):
+        TALLY["inputs"] += 1
+        with pytest.raises(AttributeError, match=r"has no field '%s'" % name):
+            setattr(cls(), name, 1)
+
+
+def test_the_params_are_one_base_and_parts():
+    # ABI 3 (src/capi/params.rs): the base, token and ring parts at their sizes, nested by the
+    # kernels that have them, VF holding a whole verify (its own header included).
+    import ctypes
+    assert [ctypes.sizeof(c) for c in (_abi.BaseParams, _abi.TokenParams, _abi.RingParams)] == [88, 136, 40]
+    has = {name: [n for n, _ in cls._fields_ if n in ("base", "tokens", "ring", "verify")]
+           for name, cls in _abi.STRUCTS.items()}
+    assert has == {
+        "replayssm_recurrent_params": ["base", "tokens"], "replayssm_verify_params": ["base", "tokens", "ring"],
+        "replayssm_fold_params": ["base", "ring"], "replayssm_replay_params": ["base", "ring"],
+        "replayssm_decode_params": ["base", "tokens"], "replayssm_cursor_params": [],
+        "replayssm_verify_fold_params": ["verify"], "replayssm_defer_params": [],
+    }
+    assert _abi.VerifyFoldParams.verify.offset == 8 and _abi.RecurrentParams.base.offset == 8
+
+
+# Each entry's reserved fields as the library names them in its refusal (VF: inside its verify).
+RESERVED = [
+    ("recurrent", "base.reserved"), ("recurrent", "tokens.reserved"), ("recurrent", "reserved"),
+    ("verify", "base.reserved"), ("verify", "tokens.reserved"), ("verify", "ring.reserved"),
+    ("fold", "base.reserved"), ("fold", "ring.reserved"), ("fold", "reserved"),
+    ("replay", "base.reserved"), ("replay", "ring.reserved"),
+    ("decode", "base.reserved"), ("decode", "tokens.reserved"), ("decode", "reserved"),
+    ("decode_materialize", "base.reserved"), ("decode_materialize", "tokens.reserved"),
+    ("verify_fold", "verify.base.reserved"), ("verify_fold", "verify.tokens.reserved"),
+    ("verify_fold", "verify.ring.reserved"),
+    ("defer", "reserved"),
+]
+
+
+@pytest.mark.parametrize("entry,path", RESERVED, ids=["%s-%s" % r for r in RESERVED])
+def test_a_reserved_field_set_reaches_the_library_and_is_refused_by_name(rng, monkeypatch, entry, path):
+    # The binding never sets a reserved field; a caller of the C ABI might. Poked into the params
+    # of a valid call just before the launch, the library refuses it naming the field and nothing
+    # is written.
+    launch = rs._Call.launch
+
+    def poked(self, params, error_word=None):
+        holder, name = _field(params, path)
+        setattr(holder, name, 5)
+        return launch(self, params, error_word)
+
+    monkeypatch.setattr(rs._Call, "launch", poked)
+    fn, kw = calls(rng)[entry]
+    kept = {n: np.array(x, copy=True) for n, x in kw.items() if isinstance(x, np.ndarray)}
+    refused(lambda: fn(**kw), match=r"(?<![\w.])%s = 5: it must be 0" % re.escape(path))
+    for n, x in kept.items():
+        assert np.array_equal(x, kw[n], equal_nan=True), "%s %s: %s written" % (entry, path, n)
 
 
 # --- item 9: bad device-side values are never silent on the host backend --------------------
@@ -460,7 +534,7 @@ def test_check_error_word_decodes_every_bit_and_resets_the_word():
     assert word[0] == 0, "check_error_word must reset the word"
     assert e.bits == rs.DevErr.SLOT_OUT_OF_RANGE | rs.DevErr.DUPLICATE_SLOT | rs.DevErr.TRACK_STEP
     for name in ("SLOT_OUT_OF_RANGE", "DUPLICATE_SLOT", "TRACK_STEP", "repeated in one launch",
-                 "outside the committed steps"):
+                 "outside the steps its row commits"):
         assert name in e.message
     assert rs.check_error_word(word) is None  # now clean
     word = np.array([-2 ** 31 | 0x8], np.int32)  # an int32 word, with a bit this binding does not know

@@ -338,7 +338,7 @@ def test_the_buffered_decode_is_kernel_d_and_flushes_to_kernel_r(rng):
         close(out[:, 0], want, 1e-5, 1e-4)
         pos = (pos + 1) % L
         if step % L == L - 1:
-            # A flush step wrote the checkpoint: bit-identical to R (R = D, SPEC 6).
+            # A flush step wrote the checkpoint: bit-identical to R (R = D, design §6).
             assert np.array_equal(state[slots], ref[slots])
 
 

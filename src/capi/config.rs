@@ -1,5 +1,5 @@
 //! Configuration validation through the C ABI: the engine's own server flags in, the capability
-//! gates of SPEC §5 applied, the resolved configuration (or the refusal) out as text.
+//! gates of design §5 applied, the resolved configuration (or the refusal) out as text.
 
 use std::ffi::{c_char, CStr};
 

@@ -1,94 +1,72 @@
 //! The kernel entries of the C ABI: read the params (struct_size first), pick the backend, check
 //! every host-visible field with a message naming it, then call the kernel layer's launcher on
-//! the caller's stream (its own can_implement is the last line behind these checks).
+//! the caller's stream (whose can_implement runs the same checks again, from the same source).
 
 use std::ffi::c_void;
 
 use super::params::*;
 use super::{backend_of, guard, read_params, replayssm_status, Failure};
 use crate::backend::Backend;
-use crate::ffi;
+use crate::runtime::launch::{check_status, Exec};
+use crate::tuning::Kernel;
 
 type Check = Result<(), Failure>;
 
-/// The header and padding fields: no flags are defined in ABI 1, and `reserved` must stay 0 so
-/// that a later version can give it a meaning without misreading an old caller's garbage.
-fn header(flags: u32, reserved: i32) -> Check {
+/// The header and padding fields: no flags are defined in this ABI, and every `reserved` field
+/// (named as the caller spells it) must stay 0 so that a later version can give it a meaning
+/// without misreading an old caller's garbage.
+fn header(flags: u32, reserved: &[(&str, i32)]) -> Check {
     if flags != 0 {
         return Err(Failure::invalid(format!(
             "flags = {flags:#x}: no flags are defined in ABI {}, it must be 0",
             super::REPLAYSSM_ABI_VERSION
         )));
     }
-    if reserved != 0 {
-        return Err(Failure::invalid(format!("reserved = {reserved}: it must be 0")));
+    if let Some((name, value)) = reserved.iter().find(|(_, v)| *v != 0) {
+        return Err(Failure::invalid(format!("{name} = {value}: it must be 0")));
     }
     Ok(())
 }
 
-/// Maps a launcher's status to a failure with the backend's own message.
-fn launched(kernel: &str, backend: Backend, raw: ffi::rssm_status) -> Check {
-    #[allow(non_upper_case_globals)]
-    match raw {
-        ffi::rssm_status_RSSM_OK => Ok(()),
-        ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT => Err(Failure::invalid(format!(
-            "rejected by rssm_{kernel}_can_implement (a field is out of range; see replayssm.h)"
-        ))),
-        ffi::rssm_status_RSSM_ERR_UNSUPPORTED => Err(Failure::new(
-            replayssm_status::REPLAYSSM_ERR_UNSUPPORTED,
-            format!("rssm_{kernel}: configuration not compiled in"),
-        )),
-        ffi::rssm_status_RSSM_ERR_EMULATOR => {
-            // SAFETY: NUL-terminated thread-local string owned by the emulator.
-            let msg = unsafe { std::ffi::CStr::from_ptr(ffi::rssm_emu_last_error()) };
-            Err(Failure::new(
-                replayssm_status::REPLAYSSM_ERR_EMULATOR,
-                format!("emulated {kernel}: {}", msg.to_string_lossy()),
-            ))
-        }
-        _ => cuda_failure(kernel, backend),
-    }
+/// V's header and reserved fields (`prefix`: where VF nests it).
+fn verify_header(p: &replayssm_verify_params, prefix: &str) -> Check {
+    let named = |f: &str| format!("{prefix}{f}");
+    let (b, t, r) = (named("base.reserved"), named("tokens.reserved"), named("ring.reserved"));
+    header(
+        p.flags,
+        &[(&b, p.base.reserved), (&t, p.tokens.reserved), (&r, p.ring.reserved)],
+    )
 }
 
-#[cfg(replayssm_cuda)]
-fn cuda_failure(kernel: &str, _backend: Backend) -> Check {
-    // SAFETY: plain call into the CUDA runtime wrappers.
-    let code = unsafe { ffi::rssm_cuda_last_error() };
-    Err(Failure {
-        status: replayssm_status::REPLAYSSM_ERR_CUDA,
-        message: format!(
-            "CUDA launch of {kernel} failed: error {code} ({})",
-            crate::runtime::cuda::error_string(code)
-        ),
-        cuda_error: code,
-    })
+/// D's (and materialise's) header and reserved fields.
+fn decode_header(p: &replayssm_decode_params) -> Check {
+    header(
+        p.flags,
+        &[
+            ("base.reserved", p.base.reserved),
+            ("tokens.reserved", p.tokens.reserved),
+            ("reserved", p.reserved),
+        ],
+    )
 }
 
-#[cfg(not(replayssm_cuda))]
-fn cuda_failure(kernel: &str, backend: Backend) -> Check {
-    Err(Failure::new(
-        replayssm_status::REPLAYSSM_ERR_INTERNAL,
-        format!("{kernel}: unexpected launcher status on the {backend} backend"),
-    ))
-}
-
-/// Calls the launcher of `backend` on `stream`.
+/// Calls the kernel layer's launcher through the one launch path of the Rust wrappers
+/// (`runtime::launch`): the backend's launcher on the caller's stream, its status mapped once.
 macro_rules! launch {
     ($kernel:literal, $backend:expr, $cuda:ident, $emu:ident, $params:expr, $stream:expr) => {{
         let kp = $params;
-        let raw = match $backend {
-            // SAFETY: the fields were checked above; the pointers are the caller's, host memory
-            // for the emulator (which ignores the stream).
-            Backend::Emulated => unsafe { ffi::$emu(&kp, std::ptr::null_mut()) },
-            #[cfg(replayssm_cuda)]
-            // SAFETY: as above, device pointers and the caller's stream.
-            Backend::Cuda => unsafe { ffi::$cuda(&kp, $stream) },
-            _ => {
-                let _ = $stream;
-                unreachable!("backend_of returns only available kernel backends")
-            }
+        // The word is in the params; the emulator ignores the stream.
+        let exec = Exec {
+            backend: $backend,
+            stream: if $backend == Backend::Cuda {
+                $stream
+            } else {
+                std::ptr::null_mut()
+            },
+            word: std::ptr::null_mut(),
         };
-        launched($kernel, $backend, raw)
+        let raw = crate::runtime::launch::launch!(&exec, $cuda, $emu, &kp);
+        check_status($kernel, $backend, raw).map_err(Failure::from)
     }};
 }
 
@@ -107,7 +85,14 @@ pub unsafe extern "C" fn replayssm_recurrent(
     guard("replayssm_recurrent", || {
         let p = read_params(params, "replayssm_recurrent_params")?;
         let backend = backend_of(backend)?;
-        header(p.flags, p.reserved)?;
+        header(
+            p.flags,
+            &[
+                ("base.reserved", p.base.reserved),
+                ("tokens.reserved", p.tokens.reserved),
+                ("reserved", p.reserved),
+            ],
+        )?;
         crate::checks::params::recurrent(&p.kernel(), backend)?;
         launch!(
             "recurrent",
@@ -134,9 +119,9 @@ pub unsafe extern "C" fn replayssm_verify(
     guard("replayssm_verify", || {
         let p = read_params(params, "replayssm_verify_params")?;
         let backend = backend_of(backend)?;
-        header(p.flags, p.reserved)?;
+        verify_header(&p, "")?;
         let mut kp = p.kernel();
-        crate::tuning::apply_verify(&mut kp);
+        crate::tuning::apply(Kernel::V, &mut kp.base, kp.max_seqlen);
         crate::checks::params::verify(&kp, backend)?;
         launch!("verify", backend, rssm_verify, rssm_emu_verify, kp, stream)
     })
@@ -156,9 +141,16 @@ pub unsafe extern "C" fn replayssm_fold(
     guard("replayssm_fold", || {
         let p = read_params(params, "replayssm_fold_params")?;
         let backend = backend_of(backend)?;
-        header(p.flags, 0)?;
+        header(
+            p.flags,
+            &[
+                ("base.reserved", p.base.reserved),
+                ("ring.reserved", p.ring.reserved),
+                ("reserved", p.reserved),
+            ],
+        )?;
         let mut kp = p.kernel();
-        crate::tuning::apply_fold(&mut kp);
+        crate::tuning::apply(Kernel::F, &mut kp.base, kp.ring.window);
         crate::checks::params::fold(&kp, backend)?;
         launch!("fold", backend, rssm_fold, rssm_emu_fold, kp, stream)
     })
@@ -178,9 +170,12 @@ pub unsafe extern "C" fn replayssm_replay(
     guard("replayssm_replay", || {
         let p = read_params(params, "replayssm_replay_params")?;
         let backend = backend_of(backend)?;
-        header(p.flags, 0)?;
+        header(
+            p.flags,
+            &[("base.reserved", p.base.reserved), ("ring.reserved", p.ring.reserved)],
+        )?;
         let mut kp = p.kernel();
-        crate::tuning::apply_replay(&mut kp);
+        crate::tuning::apply(Kernel::P, &mut kp.base, kp.ring.window);
         crate::checks::params::replay(&kp, backend)?;
         launch!("replay", backend, rssm_replay, rssm_emu_replay, kp, stream)
     })
@@ -202,9 +197,9 @@ pub unsafe extern "C" fn replayssm_decode(
     guard("replayssm_decode", || {
         let p = read_params(params, "replayssm_decode_params")?;
         let backend = backend_of(backend)?;
-        header(p.flags, p.reserved)?;
+        decode_header(&p)?;
         let mut kp = p.kernel();
-        crate::tuning::apply_decode(&mut kp);
+        crate::tuning::apply(Kernel::D, &mut kp.base, kp.cache_len);
         crate::checks::params::decode(&kp, backend)?;
         launch!("decode", backend, rssm_decode, rssm_emu_decode, kp, stream)
     })
@@ -225,9 +220,9 @@ pub unsafe extern "C" fn replayssm_decode_materialize(
     guard("replayssm_decode_materialize", || {
         let p = read_params(params, "replayssm_decode_params")?;
         let backend = backend_of(backend)?;
-        header(p.flags, p.reserved)?;
+        decode_header(&p)?;
         let mut kp = p.kernel();
-        kp.layer = 0;
+        kp.base.layer = 0;
         crate::checks::params::materialize(&kp, backend)?;
         launch!(
             "decode_materialize",
@@ -254,7 +249,7 @@ pub unsafe extern "C" fn replayssm_decode_cursors(
     guard("replayssm_decode_cursors", || {
         let p = read_params(params, "replayssm_cursor_params")?;
         let backend = backend_of(backend)?;
-        header(p.flags, 0)?;
+        header(p.flags, &[])?;
         crate::checks::params::cursors(&p.kernel(), backend)?;
         launch!(
             "decode_cursors",
@@ -284,7 +279,19 @@ pub unsafe extern "C" fn replayssm_verify_fold(
     guard("replayssm_verify_fold", || {
         let p = read_params(params, "replayssm_verify_fold_params")?;
         let backend = backend_of(backend)?;
-        header(p.flags, p.reserved)?;
+        header(p.flags, &[])?;
+        let want = std::mem::size_of::<replayssm_verify_params>();
+        if p.verify.struct_size as usize != want {
+            return Err(Failure::new(
+                replayssm_status::REPLAYSSM_ERR_STRUCT_SIZE,
+                format!(
+                    "replayssm_verify_fold_params.verify.struct_size is {}, but this library expects {want} \
+                     (sizeof(replayssm_verify_params))",
+                    p.verify.struct_size
+                ),
+            ));
+        }
+        verify_header(&p.verify, "verify.")?;
         crate::checks::params::verify_fold(&p.kernel(), backend)?;
         launch!(
             "verify_fold",
@@ -312,7 +319,7 @@ pub unsafe extern "C" fn replayssm_defer(
     guard("replayssm_defer", || {
         let p = read_params(params, "replayssm_defer_params")?;
         let backend = backend_of(backend)?;
-        header(p.flags, p.reserved)?;
+        header(p.flags, &[("reserved", p.reserved)])?;
         crate::checks::params::defer(&p.kernel(), backend)?;
         launch!("defer", backend, rssm_defer, rssm_emu_defer, p.kernel(), stream)
     })

@@ -31,8 +31,9 @@ pub use params::*;
 
 use crate::backend::Backend;
 
-/// Version of the C ABI: bumped when a struct or a signature changes incompatibly.
-pub const REPLAYSSM_ABI_VERSION: u32 = 2;
+/// Version of the C ABI: bumped when a struct or a signature changes incompatibly (3: every
+/// kernel's params composed of one params base, the token part and the spec ring).
+pub const REPLAYSSM_ABI_VERSION: u32 = 3;
 
 /// What every entry returns.
 #[repr(C)]
@@ -51,7 +52,7 @@ pub enum replayssm_status {
     REPLAYSSM_ERR_STRUCT_SIZE = 5,
     /// The backend asked for is not available here (no CUDA build, no driver, no device).
     REPLAYSSM_ERR_BACKEND_UNAVAILABLE = 6,
-    /// A capability gate (SPEC §5) refused the engine configuration.
+    /// A capability gate (design §5) refused the engine configuration.
     REPLAYSSM_ERR_CONFIG_REFUSED = 7,
     /// A bug in this library (a caught panic); the message says where.
     REPLAYSSM_ERR_INTERNAL = 8,
@@ -143,13 +144,30 @@ pub(crate) struct Failure {
 /// with the matching status and the same message.
 impl From<crate::Error> for Failure {
     fn from(e: crate::Error) -> Failure {
-        let status = match e {
-            crate::Error::UnsupportedParam(_) | crate::Error::Unsupported { .. } => {
-                replayssm_status::REPLAYSSM_ERR_UNSUPPORTED
-            }
-            _ => replayssm_status::REPLAYSSM_ERR_INVALID_ARGUMENT,
+        use crate::error::Status;
+        let (status, cuda_error) = match e {
+            crate::Error::UnsupportedParam(_)
+            | crate::Error::Unsupported { .. }
+            | crate::Error::Kernel {
+                status: Status::Unsupported,
+                ..
+            } => (replayssm_status::REPLAYSSM_ERR_UNSUPPORTED, 0),
+            crate::Error::Kernel {
+                status: Status::Emulator,
+                ..
+            } => (replayssm_status::REPLAYSSM_ERR_EMULATOR, 0),
+            crate::Error::Kernel {
+                status: Status::LaunchFailed | Status::Unknown(_),
+                cuda_error,
+                ..
+            } => (replayssm_status::REPLAYSSM_ERR_CUDA, cuda_error),
+            _ => (replayssm_status::REPLAYSSM_ERR_INVALID_ARGUMENT, 0),
         };
-        Failure::new(status, e.to_string())
+        Failure {
+            status,
+            message: e.to_string(),
+            cuda_error,
+        }
     }
 }
 
@@ -283,6 +301,26 @@ pub extern "C" fn replayssm_status_string(status: i32) -> *const c_char {
         _ => b"unknown replayssm_status\0",
     };
     s.as_ptr() as *const c_char
+}
+
+/// The names and meanings of the bits set in a device error word (`REPLAYSSM_DEVERR_*`),
+/// `; `-separated, unknown bits by value: the one table Rust, C and Python print. Writes at most
+/// `len` bytes into `buf`, NUL-terminated (truncated to fit), and returns the length of the whole
+/// text without its NUL, so `buf = NULL, len = 0` asks for the size.
+///
+/// # Safety
+/// `buf` is NULL (with `len` 0) or points to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_device_error_string(bits: u32, buf: *mut c_char, len: usize) -> usize {
+    never_unwind(0, || {
+        let text = crate::error::device_error_names(bits);
+        if !buf.is_null() && len > 0 {
+            let n = text.len().min(len - 1);
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+        text.len()
+    })
 }
 
 /// The message of the last entry called on this thread ("" if it succeeded), NUL-terminated;

@@ -1,25 +1,54 @@
-//! The params structs of the C ABI (`include/replayssm.h`), one per entry point. Each mirrors the
-//! kernel layer's `rssm_*_params` field for field (same names, same meaning: the comments of
-//! `csrc/include/replayssm/replayssm.h` apply) behind an 8-byte header:
-//! `struct_size` (= `sizeof` the struct the caller compiled against) and `flags` (reserved, 0).
-//! Structs only grow at their end, so a later library can accept an older, smaller struct; this
-//! one (ABI 1) accepts exactly its own sizes.
+//! The params structs of the C ABI (`include/replayssm.h`), one per entry point, composed as the
+//! kernel layer's `rssm_*_params` are (the comments of `csrc/include/replayssm/replayssm.h`
+//! apply): an 8-byte header, `struct_size` (= `sizeof` the struct the caller compiled against)
+//! and `flags` (reserved, 0); then the params base [`replayssm_base_params`] (pool, rows, heads),
+//! the token part [`replayssm_token_params`] (R, V, D) and the spec ring [`replayssm_ring_params`]
+//! (V, F, P); then the kernel's own fields. VF holds a whole [`replayssm_verify_params`]. The
+//! implementation fields of the kernel layer's base (`impl`, `block_rows`) are not part of the
+//! ABI: the library picks them per call (src/tuning.rs). ABI 3 accepts exactly its own sizes.
 #![allow(non_camel_case_types, non_snake_case)]
 
 use std::ffi::c_void;
 
 use crate::ffi;
 
-/// Kernel R (recurrent baseline) of `replayssm_recurrent`.
-///
-/// Tokens of request r are `cu_seqlens[r]..cu_seqlens[r+1]`; checkpoints `state[slots[r]]`
-/// (`[num_slots, HV, V, K]` f32, K contiguous); slot -1 = null row. Gate: raw (`a`, `b`, `A_log`,
-/// `dt_bias`; `g`, `beta` NULL) or precomputed (`g`, `beta`). Strides count elements per token.
+/// The params base every kernel over the checkpoint pool takes: the pool
+/// (`[num_layers, num_slots, HV, V, K]` f32, K contiguous; slot s of layer l at
+/// `l * state_layer_stride + s * state_slot_stride` elements, 0 = packed), the rows (`slots[b]`,
+/// -1 = null row), the heads and the device error word.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct replayssm_recurrent_params {
-    pub struct_size: u32,
-    pub flags: u32,
+pub struct replayssm_base_params {
+    /// The pool; kernel V only reads it.
+    pub state: *mut f32,
+    pub slots: *const i32,
+    pub error_word: *mut u32,
+    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
+    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
+    pub state_slot_stride: i64,
+    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
+    pub state_layer_stride: i64,
+    pub batch: i32,
+    pub num_slots: i32,
+    /// Kernel R: 1 (its pool has one layer).
+    pub num_layers: i32,
+    /// The layer a launch works on (R, F and materialise: 0).
+    pub layer: i32,
+    pub H: i32,
+    pub HV: i32,
+    pub K: i32,
+    pub V: i32,
+    pub dtype: i32,
+    pub variant: i32,
+    pub qk_l2norm: i32,
+    pub reserved: i32,
+}
+
+/// The token inputs and outputs of R, V and D. Gate: raw (`a`, `b`, `A_log`, `dt_bias`; `g`,
+/// `beta` NULL) or precomputed (`g`, `beta`). Strides count elements per token (D: per row).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_token_params {
     pub q: *const c_void,
     pub k: *const c_void,
     pub v: *const c_void,
@@ -29,34 +58,49 @@ pub struct replayssm_recurrent_params {
     pub dt_bias: *const f32,
     pub g: *const f32,
     pub beta: *const f32,
-    pub cu_seqlens: *const i32,
-    pub slots: *const i32,
-    pub state: *mut f32,
-    pub snapshots: *mut f32,
     pub o: *mut c_void,
-    pub error_word: *mut u32,
     pub q_stride: i64,
     pub k_stride: i64,
     pub v_stride: i64,
     pub a_stride: i64,
     pub b_stride: i64,
     pub o_stride: i64,
-    pub num_tokens: i32,
-    pub batch: i32,
-    pub max_seqlen: i32,
-    pub num_slots: i32,
-    pub H: i32,
-    pub HV: i32,
-    pub K: i32,
-    pub V: i32,
     pub scale: f32,
-    pub dtype: i32,
-    pub variant: i32,
-    pub qk_l2norm: i32,
+    pub reserved: i32,
+}
+
+/// The spec ring (`[num_layers, num_slots, ..., window, ...]`, packed): raw v and k (act dtype),
+/// log decay g and beta (f32). V writes it (all four set, or all NULL); F and P read it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_ring_params {
+    pub v: *mut c_void,
+    pub k: *mut c_void,
+    pub g: *mut f32,
+    pub beta: *mut f32,
+    pub window: i32,
+    pub reserved: i32,
+}
+
+/// Kernel R (recurrent baseline) of `replayssm_recurrent`.
+///
+/// Tokens of request r are `cu_seqlens[r]..cu_seqlens[r+1]`; checkpoints `state[slots[r]]`
+/// (`[num_slots, HV, V, K]` f32, K contiguous); slot -1 = null row. Gate: raw (`a`, `b`, `A_log`,
+/// `dt_bias`; `g`, `beta` NULL) or precomputed (`g`, `beta`). Strides count elements per token.
+/// R's pool is one layer: `base.num_layers = 1`, `base.layer = 0`, `base.state_layer_stride = 0`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_recurrent_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub base: replayssm_base_params,
+    pub tokens: replayssm_token_params,
+    pub cu_seqlens: *const i32,
+    pub snapshots: *mut f32,
+    pub num_tokens: i32,
+    pub max_seqlen: i32,
     pub write_state: i32,
     pub reserved: i32,
-    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`).
-    pub state_slot_stride: i64,
 }
 
 /// Kernel V (chunked verify) of `replayssm_verify`; `parent` non-NULL selects tree verify (VT).
@@ -68,52 +112,14 @@ pub struct replayssm_recurrent_params {
 pub struct replayssm_verify_params {
     pub struct_size: u32,
     pub flags: u32,
-    pub q: *const c_void,
-    pub k: *const c_void,
-    pub v: *const c_void,
-    pub a: *const c_void,
-    pub b: *const c_void,
-    pub A_log: *const f32,
-    pub dt_bias: *const f32,
-    pub g: *const f32,
-    pub beta: *const f32,
+    pub base: replayssm_base_params,
+    pub tokens: replayssm_token_params,
+    /// `window` = W, ring positions per slot (1 without a ring).
+    pub ring: replayssm_ring_params,
     pub cu_seqlens: *const i32,
     pub parent: *const i32,
-    pub slots: *const i32,
-    pub state: *const f32,
-    pub o: *mut c_void,
-    pub ring_v: *mut c_void,
-    pub ring_k: *mut c_void,
-    pub ring_g: *mut f32,
-    pub ring_beta: *mut f32,
-    pub error_word: *mut u32,
-    pub q_stride: i64,
-    pub k_stride: i64,
-    pub v_stride: i64,
-    pub a_stride: i64,
-    pub b_stride: i64,
-    pub o_stride: i64,
     pub num_tokens: i32,
-    pub batch: i32,
     pub max_seqlen: i32,
-    pub num_slots: i32,
-    pub num_layers: i32,
-    pub layer: i32,
-    pub window: i32,
-    pub H: i32,
-    pub HV: i32,
-    pub K: i32,
-    pub V: i32,
-    pub scale: f32,
-    pub dtype: i32,
-    pub variant: i32,
-    pub qk_l2norm: i32,
-    pub reserved: i32,
-    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
-    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
-    pub state_slot_stride: i64,
-    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
-    pub state_layer_stride: i64,
 }
 
 /// Kernel F (fold-every-commit, all layers) of `replayssm_fold`; `accept_paths` instead of
@@ -123,34 +129,14 @@ pub struct replayssm_verify_params {
 pub struct replayssm_fold_params {
     pub struct_size: u32,
     pub flags: u32,
-    pub state: *mut f32,
-    pub ring_v: *const c_void,
-    pub ring_k: *const c_void,
-    pub ring_g: *const f32,
-    pub ring_beta: *const f32,
-    pub slots: *const i32,
+    pub base: replayssm_base_params,
+    pub ring: replayssm_ring_params,
     pub accept_lens: *const i32,
     pub track_slots: *const i32,
     pub track_steps: *const i32,
     pub accept_paths: *const i32,
-    pub error_word: *mut u32,
-    pub batch: i32,
-    pub num_slots: i32,
-    pub num_layers: i32,
-    pub window: i32,
-    pub H: i32,
-    pub HV: i32,
-    pub K: i32,
-    pub V: i32,
-    pub dtype: i32,
-    pub variant: i32,
-    pub qk_l2norm: i32,
     pub path_width: i32,
-    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
-    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
-    pub state_slot_stride: i64,
-    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
-    pub state_layer_stride: i64,
+    pub reserved: i32,
 }
 
 /// Kernel P (fp32 checkpoint replay of one layer) of `replayssm_replay`.
@@ -159,31 +145,9 @@ pub struct replayssm_fold_params {
 pub struct replayssm_replay_params {
     pub struct_size: u32,
     pub flags: u32,
-    pub state: *mut f32,
-    pub ring_v: *const c_void,
-    pub ring_k: *const c_void,
-    pub ring_g: *const f32,
-    pub ring_beta: *const f32,
-    pub slots: *const i32,
+    pub base: replayssm_base_params,
+    pub ring: replayssm_ring_params,
     pub counts: *const i32,
-    pub error_word: *mut u32,
-    pub batch: i32,
-    pub num_slots: i32,
-    pub num_layers: i32,
-    pub layer: i32,
-    pub window: i32,
-    pub H: i32,
-    pub HV: i32,
-    pub K: i32,
-    pub V: i32,
-    pub dtype: i32,
-    pub variant: i32,
-    pub qk_l2norm: i32,
-    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
-    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
-    pub state_slot_stride: i64,
-    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
-    pub state_layer_stride: i64,
 }
 
 /// Kernel D (buffered decode of one layer, one token per row) of `replayssm_decode`, and of
@@ -193,49 +157,15 @@ pub struct replayssm_replay_params {
 pub struct replayssm_decode_params {
     pub struct_size: u32,
     pub flags: u32,
-    pub q: *const c_void,
-    pub k: *const c_void,
-    pub v: *const c_void,
-    pub a: *const c_void,
-    pub b: *const c_void,
-    pub A_log: *const f32,
-    pub dt_bias: *const f32,
-    pub g: *const f32,
-    pub beta: *const f32,
-    pub slots: *const i32,
+    pub base: replayssm_base_params,
+    pub tokens: replayssm_token_params,
     pub positions: *const i32,
     pub force_flush: *const i32,
-    pub state: *mut f32,
     pub ring_d: *mut f32,
     pub ring_k: *mut f32,
     pub ring_g: *mut f32,
-    pub o: *mut c_void,
-    pub error_word: *mut u32,
-    pub q_stride: i64,
-    pub k_stride: i64,
-    pub v_stride: i64,
-    pub a_stride: i64,
-    pub b_stride: i64,
-    pub o_stride: i64,
-    pub batch: i32,
-    pub num_slots: i32,
-    pub num_layers: i32,
-    pub layer: i32,
     pub cache_len: i32,
-    pub H: i32,
-    pub HV: i32,
-    pub K: i32,
-    pub V: i32,
-    pub scale: f32,
-    pub dtype: i32,
-    pub variant: i32,
-    pub qk_l2norm: i32,
     pub reserved: i32,
-    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
-    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
-    pub state_slot_stride: i64,
-    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
-    pub state_layer_stride: i64,
 }
 
 /// The buffered-decode cursors of `replayssm_decode_cursors`: `op` is a `replayssm_cursor_op`.
@@ -267,107 +197,21 @@ pub enum replayssm_cursor_op {
     REPLAYSSM_CURSOR_RESET = 2,
 }
 
-/// Hands the verify's field list, written once, to `$m` (the verify's mirror and VF's nested
-/// verify, whose ABI struct repeats those fields flat).
-macro_rules! with_verify_fields {
-    ($m:ident!($($args:tt)*)) => {
-        $m! { $($args)* {
-            q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, parent, slots, state, o, ring_v, ring_k,
-            ring_g, ring_beta, error_word, q_stride, k_stride, v_stride, a_stride, b_stride, o_stride,
-            num_tokens, batch, max_seqlen, num_slots, num_layers, layer, window, H, HV, K, V, scale,
-            dtype, variant, qk_l2norm, state_slot_stride, state_layer_stride,
-        } }
-    };
-}
-
-/// `$ty` built from the same-named fields of `$src` (the rest default).
-macro_rules! copy_fields {
-    ($src:expr => $ty:path { $($f:ident),* $(,)? }) => {{
-        let s = $src;
-        #[allow(clippy::needless_update)] // the kernel structs with implementation fields need it
-        $ty { $($f: s.$f,)* ..Default::default() }
-    }};
-}
-
-/// Kernel VF (deferred fold: fold-then-verify of one layer) of `replayssm_verify_fold`: the
-/// fields of `replayssm_verify_params` (the verify of the new window; the ring pointers are
-/// required, `window` is 2 W: two halves), then the pending table `[num_slots, 2 + W]` and F's
-/// track arrays (optional). `state` is written: the fold.
+/// Kernel VF (deferred fold: fold-then-verify of one layer) of `replayssm_verify_fold`: a whole
+/// `replayssm_verify_params` (the verify of the new window; the ring is required, its `window` is
+/// 2 W: two halves), then the pending table `[num_slots, 2 + W]` and F's track arrays (optional).
+/// The base's `state` is written: the fold.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct replayssm_verify_fold_params {
     pub struct_size: u32,
     pub flags: u32,
-    pub q: *const c_void,
-    pub k: *const c_void,
-    pub v: *const c_void,
-    pub a: *const c_void,
-    pub b: *const c_void,
-    pub A_log: *const f32,
-    pub dt_bias: *const f32,
-    pub g: *const f32,
-    pub beta: *const f32,
-    pub cu_seqlens: *const i32,
-    pub parent: *const i32,
-    pub slots: *const i32,
-    pub state: *mut f32,
-    pub o: *mut c_void,
-    pub ring_v: *mut c_void,
-    pub ring_k: *mut c_void,
-    pub ring_g: *mut f32,
-    pub ring_beta: *mut f32,
-    pub error_word: *mut u32,
-    pub q_stride: i64,
-    pub k_stride: i64,
-    pub v_stride: i64,
-    pub a_stride: i64,
-    pub b_stride: i64,
-    pub o_stride: i64,
-    pub num_tokens: i32,
-    pub batch: i32,
-    pub max_seqlen: i32,
-    pub num_slots: i32,
-    pub num_layers: i32,
-    pub layer: i32,
-    pub window: i32,
-    pub H: i32,
-    pub HV: i32,
-    pub K: i32,
-    pub V: i32,
-    pub scale: f32,
-    pub dtype: i32,
-    pub variant: i32,
-    pub qk_l2norm: i32,
-    pub reserved: i32,
-    /// Elements from one slot's checkpoint to the next; 0 = packed (`HV*V*K`). An engine's
-    /// page-major pool (one slot holds every layer) sets it and `state_layer_stride`.
-    pub state_slot_stride: i64,
-    /// Elements from one layer's checkpoints to the next; 0 = packed (`num_slots` slot pitches).
-    pub state_layer_stride: i64,
+    /// The verify of the new window (its own header included); the ring is required and its
+    /// `window` is 2 W.
+    pub verify: replayssm_verify_params,
     pub pending: *const i32,
     pub track_slots: *const i32,
     pub track_steps: *const i32,
-}
-
-impl replayssm_verify_fold_params {
-    /// The kernel layer's struct of these params (the verify's fields nested, as VF takes them).
-    pub fn kernel(&self) -> ffi::rssm_verify_fold_params {
-        ffi::rssm_verify_fold_params {
-            verify: with_verify_fields!(copy_fields!(self => ffi::rssm_verify_params)),
-            pending: self.pending,
-            track_slots: self.track_slots,
-            track_steps: self.track_steps,
-        }
-    }
-}
-
-impl Default for replayssm_verify_fold_params {
-    fn default() -> Self {
-        // SAFETY: every field is an integer, a float or a raw pointer: all-zero is valid.
-        let mut p: replayssm_verify_fold_params = unsafe { std::mem::zeroed() };
-        p.struct_size = std::mem::size_of::<replayssm_verify_fold_params>() as u32;
-        p
-    }
 }
 
 /// The deferred fold's pending table of `replayssm_defer`: `op` is a `replayssm_defer_op`;
@@ -405,15 +249,43 @@ pub enum replayssm_defer_op {
 }
 
 /// Copies the fields both structs share (same names) into the kernel struct.
-/// and gives each ABI struct a `Default`: every field zero / NULL, `struct_size` set.
+macro_rules! copy_fields {
+    ($src:expr => $ty:path { $($f:ident),* $(,)? }) => {{
+        let s = $src;
+        #[allow(clippy::needless_update)] // the kernel base's implementation fields need it
+        $ty { $($f: s.$f,)* ..Default::default() }
+    }};
+}
+
+/// The kernel layer's params base (`impl`, `block_rows` left at DEFAULT: tuning picks them).
+fn base(b: &replayssm_base_params) -> ffi::rssm_base_params {
+    copy_fields!(b => ffi::rssm_base_params {
+        state, slots, error_word, state_slot_stride, state_layer_stride, batch, num_slots,
+        num_layers, layer, H, HV, K, V, dtype, variant, qk_l2norm,
+    })
+}
+
+fn tokens(t: &replayssm_token_params) -> ffi::rssm_token_params {
+    copy_fields!(t => ffi::rssm_token_params {
+        q, k, v, a, b, A_log, dt_bias, g, beta, o, q_stride, k_stride, v_stride, a_stride,
+        b_stride, o_stride, scale, reserved,
+    })
+}
+
+fn ring(r: &replayssm_ring_params) -> ffi::rssm_ring_params {
+    copy_fields!(r => ffi::rssm_ring_params { v, k, g, beta, window, reserved })
+}
+
+/// Gives each ABI struct its kernel struct (`kernel()`: the base and its parts converted once,
+/// the kernel's own fields copied by name) and a `Default` (every field zero / NULL,
+/// `struct_size` set).
 macro_rules! mirror {
-    ($abi:ident => $kernel:ident { $($f:ident),* $(,)? } $(reserved: $r:ident)?) => {
+    ($abi:ident => $kernel:ident { $($part:ident: $conv:ident),* ; $($f:ident),* $(,)? }) => {
         impl $abi {
             /// The kernel layer's struct of these params (what the C ABI hands its launcher;
             /// tests drive the kernel layer's emulated launchers with it, without host checks).
             pub fn kernel(&self) -> ffi::$kernel {
-                #[allow(clippy::needless_update)] // the structs with implementation fields need it
-                ffi::$kernel { $($f: self.$f,)* ..Default::default() }
+                ffi::$kernel { $($part: $conv(&self.$part),)* $($f: self.$f,)* }
             }
         }
         impl Default for $abi {
@@ -427,53 +299,63 @@ macro_rules! mirror {
     };
 }
 
+/// Every field zero / NULL (a part has no `struct_size`).
+macro_rules! zeroed_default {
+    ($($t:ident),*) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                // SAFETY: every field is an integer, a float or a raw pointer: all-zero is valid.
+                unsafe { std::mem::zeroed() }
+            }
+        }
+    )*};
+}
+zeroed_default!(replayssm_base_params, replayssm_token_params, replayssm_ring_params);
+
+fn verify(v: &replayssm_verify_params) -> ffi::rssm_verify_params {
+    v.kernel()
+}
+
 mirror!(replayssm_recurrent_params => rssm_recurrent_params {
-    q, k, v, a, b, A_log, dt_bias, g, beta, cu_seqlens, slots, state, snapshots, o, error_word,
-    q_stride, k_stride, v_stride, a_stride, b_stride, o_stride, num_tokens, batch, max_seqlen,
-    num_slots, H, HV, K, V, scale, dtype, variant, qk_l2norm, write_state, state_slot_stride,
-} reserved: reserved);
-
-with_verify_fields!(mirror!(replayssm_verify_params => rssm_verify_params));
-
+    base: base, tokens: tokens; cu_seqlens, snapshots, num_tokens, max_seqlen, write_state, reserved,
+});
+mirror!(replayssm_verify_params => rssm_verify_params {
+    base: base, tokens: tokens, ring: ring; cu_seqlens, parent, num_tokens, max_seqlen,
+});
 mirror!(replayssm_fold_params => rssm_fold_params {
-    state, ring_v, ring_k, ring_g, ring_beta, slots, accept_lens, track_slots, track_steps,
-    accept_paths, error_word, batch, num_slots, num_layers, window, H, HV, K, V, dtype, variant,
-    qk_l2norm, path_width, state_slot_stride, state_layer_stride,
+    base: base, ring: ring; accept_lens, track_slots, track_steps, accept_paths, path_width, reserved,
 });
-
-mirror!(replayssm_replay_params => rssm_replay_params {
-    state, ring_v, ring_k, ring_g, ring_beta, slots, counts, error_word, batch, num_slots,
-    num_layers, layer, window, H, HV, K, V, dtype, variant, qk_l2norm, state_slot_stride, state_layer_stride,
-});
-
+mirror!(replayssm_replay_params => rssm_replay_params { base: base, ring: ring; counts });
 mirror!(replayssm_decode_params => rssm_decode_params {
-    q, k, v, a, b, A_log, dt_bias, g, beta, slots, positions, force_flush, state, ring_d, ring_k,
-    ring_g, o, error_word, q_stride, k_stride, v_stride, a_stride, b_stride, o_stride, batch,
-    num_slots, num_layers, layer, cache_len, H, HV, K, V, scale, dtype, variant, qk_l2norm, state_slot_stride,
-    state_layer_stride,
-} reserved: reserved);
-
+    base: base, tokens: tokens; positions, force_flush, ring_d, ring_k, ring_g, cache_len, reserved,
+});
+mirror!(replayssm_verify_fold_params => rssm_verify_fold_params {
+    verify: verify; pending, track_slots, track_steps,
+});
 mirror!(replayssm_cursor_params => rssm_cursor_params {
-    cursors, slots, positions, force_flush, error_word, batch, num_slots, cache_len, op,
+    ; cursors, slots, positions, force_flush, error_word, batch, num_slots, cache_len, op,
+});
+mirror!(replayssm_defer_params => rssm_defer_params {
+    ; pending, slots, accept_lens, accept_paths, paths, error_word, batch, num_slots, window,
+    path_width, op, reserved,
 });
 
-mirror!(replayssm_defer_params => rssm_defer_params {
-    pending, slots, accept_lens, accept_paths, paths, error_word, batch, num_slots, window,
-    path_width, op,
-} reserved: reserved);
-
-// The ABI structs are the kernel structs behind the 8-byte header, without the kernel layer's
-// implementation fields (`impl`, `block_rows`: the library picks them per call, src/tuning.rs),
-// pinned here; the header generated from these definitions is checked in CI.
+// The ABI structs are the kernel structs behind the 8-byte header, the base without the kernel
+// layer's implementation fields (`impl`, `block_rows`: the library picks them per call,
+// src/tuning.rs), pinned here; the header generated from these definitions is checked in CI.
 const _: () = {
     use std::mem::size_of;
     const IMPL_FIELDS: usize = 8;
-    assert!(size_of::<replayssm_recurrent_params>() == 8 + size_of::<ffi::rssm_recurrent_params>());
+    assert!(size_of::<replayssm_base_params>() == size_of::<ffi::rssm_base_params>() - IMPL_FIELDS);
+    assert!(size_of::<replayssm_token_params>() == size_of::<ffi::rssm_token_params>());
+    assert!(size_of::<replayssm_ring_params>() == size_of::<ffi::rssm_ring_params>());
+    assert!(size_of::<replayssm_recurrent_params>() == 8 + size_of::<ffi::rssm_recurrent_params>() - IMPL_FIELDS);
     assert!(size_of::<replayssm_verify_params>() == 8 + size_of::<ffi::rssm_verify_params>() - IMPL_FIELDS);
     assert!(size_of::<replayssm_fold_params>() == 8 + size_of::<ffi::rssm_fold_params>() - IMPL_FIELDS);
     assert!(size_of::<replayssm_replay_params>() == 8 + size_of::<ffi::rssm_replay_params>() - IMPL_FIELDS);
     assert!(size_of::<replayssm_decode_params>() == 8 + size_of::<ffi::rssm_decode_params>() - IMPL_FIELDS);
     assert!(size_of::<replayssm_cursor_params>() == 8 + size_of::<ffi::rssm_cursor_params>());
-    assert!(size_of::<replayssm_verify_fold_params>() == 8 + size_of::<ffi::rssm_verify_fold_params>() - IMPL_FIELDS);
+    // VF nests a whole verify, header included.
+    assert!(size_of::<replayssm_verify_fold_params>() == 8 + size_of::<ffi::rssm_verify_fold_params>());
     assert!(size_of::<replayssm_defer_params>() == 8 + size_of::<ffi::rssm_defer_params>());
 };

@@ -17,6 +17,25 @@ use crate::limits::MAX_CACHE_LEN;
 
 type Check = Result<()>;
 
+/// What a check may assume about the memory behind the params: whether the launch needs 16-byte
+/// aligned bases (the CUDA kernels' vector loads) and whether the index arrays are host memory it
+/// may read (the callers' checks on EMULATED). The kernel layer's `can_implement` sees only the
+/// struct: it reads no array.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reach {
+    pub(crate) vector_aligned: bool,
+    pub(crate) host_indices: bool,
+}
+
+impl From<Backend> for Reach {
+    fn from(backend: Backend) -> Reach {
+        Reach {
+            vector_aligned: backend == Backend::Cuda,
+            host_indices: backend == Backend::Emulated,
+        }
+    }
+}
+
 /// Index array of caller memory, read in place where it can be.
 type Ints<'a> = Cow<'a, [i32]>;
 
@@ -50,8 +69,8 @@ fn in_range(v: i32, lo: i32, hi: i32, name: &str) -> Check {
 }
 
 /// Vector loads of 16 bytes need 16-byte aligned bases on the device.
-fn aligned16<T>(backend: Backend, p: *const T, name: &str) -> Check {
-    if backend == Backend::Cuda && !p.is_null() && (p as usize) % 16 != 0 {
+fn aligned16<T>(reach: Reach, p: *const T, name: &str) -> Check {
+    if reach.vector_aligned && !p.is_null() && (p as usize) % 16 != 0 {
         return Err(bad(format!(
             "{name} ({p:p}) is not 16-byte aligned (the CUDA kernels load it 16 bytes at a time)"
         )));
@@ -115,61 +134,81 @@ fn problem(h: i32, hv: i32, k: i32, v: i32, dtype: i32, variant: i32, qk_l2norm:
     in_range(qk_l2norm, 0, 1, "qk_l2norm")
 }
 
-/// The token inputs R, V and D share: pointers, exactly one gate form, strides, scale.
-macro_rules! check_tokens {
-    ($p:expr, $rows:expr) => {{
-        let p = $p;
-        nonnull(p.q, "q")?;
-        nonnull(p.k, "k")?;
-        nonnull(p.v, "v")?;
-        nonnull(p.o, "o")?;
-        let raw = !p.a.is_null() || !p.b.is_null() || !p.A_log.is_null() || !p.dt_bias.is_null();
-        let pre = !p.g.is_null() || !p.beta.is_null();
-        if raw == pre {
-            return Err(bad(
-                "give exactly one gate form: raw (a, b, A_log, dt_bias) or precomputed (g, beta)",
-            ));
-        }
-        if raw {
-            nonnull(p.a, "a (raw gate)")?;
-            nonnull(p.b, "b (raw gate)")?;
-            nonnull(p.A_log, "A_log (raw gate)")?;
-            nonnull(p.dt_bias, "dt_bias (raw gate)")?;
-        } else {
-            nonnull(p.g, "g (precomputed gate)")?;
-            nonnull(p.beta, "beta (precomputed gate)")?;
-        }
-        let (h, hv, k, v) = (p.H as i64, p.HV as i64, p.K as i64, p.V as i64);
-        at_least(p.q_stride, h * k, "q_stride (elements per token, at least H*K)")?;
-        at_least(p.k_stride, h * k, "k_stride (elements per token, at least H*K)")?;
-        at_least(p.v_stride, hv * v, "v_stride (elements per token, at least HV*V)")?;
-        at_least(p.o_stride, hv * v, "o_stride (elements per token, at least HV*V)")?;
-        if raw {
-            let gate_row = if p.variant == 1 { hv * k } else { hv };
-            at_least(
-                p.a_stride,
-                gate_row,
-                "a_stride (elements per token, HV or HV*K for KDA)",
-            )?;
-            at_least(p.b_stride, hv, "b_stride (elements per token, at least HV)")?;
-        }
-        if !p.scale.is_finite() {
-            return Err(bad(format!("scale = {} is not finite", p.scale)));
-        }
-        let (rows, act) = ($rows as i64, act_bytes(p.dtype));
-        extent("q", rows, p.q_stride, h * k, act)?;
-        extent("k", rows, p.k_stride, h * k, act)?;
-        extent("v", rows, p.v_stride, hv * v, act)?;
-        extent("o", rows, p.o_stride, hv * v, act)?;
-        if raw {
-            let gate_row = if p.variant == 1 { hv * k } else { hv };
-            extent("a", rows, p.a_stride, gate_row, act)?;
-            extent("b", rows, p.b_stride, hv, act)?;
-        }
-    }};
+/// The token part of R's, V's and D's params (`rssm_token_params`) over `rows` tokens: pointers,
+/// exactly one gate form, strides, scale, extents.
+fn tokens(b: &ffi::rssm_base_params, t: &ffi::rssm_token_params, rows: i32) -> Check {
+    nonnull(t.q, "q")?;
+    nonnull(t.k, "k")?;
+    nonnull(t.v, "v")?;
+    nonnull(t.o, "o")?;
+    let raw = !t.a.is_null() || !t.b.is_null() || !t.A_log.is_null() || !t.dt_bias.is_null();
+    let pre = !t.g.is_null() || !t.beta.is_null();
+    if raw == pre {
+        return Err(bad(
+            "give exactly one gate form: raw (a, b, A_log, dt_bias) or precomputed (g, beta)",
+        ));
+    }
+    if raw {
+        nonnull(t.a, "a (raw gate)")?;
+        nonnull(t.b, "b (raw gate)")?;
+        nonnull(t.A_log, "A_log (raw gate)")?;
+        nonnull(t.dt_bias, "dt_bias (raw gate)")?;
+    } else {
+        nonnull(t.g, "g (precomputed gate)")?;
+        nonnull(t.beta, "beta (precomputed gate)")?;
+    }
+    let (h, hv, k, v) = (b.H as i64, b.HV as i64, b.K as i64, b.V as i64);
+    at_least(t.q_stride, h * k, "q_stride (elements per token, at least H*K)")?;
+    at_least(t.k_stride, h * k, "k_stride (elements per token, at least H*K)")?;
+    at_least(t.v_stride, hv * v, "v_stride (elements per token, at least HV*V)")?;
+    at_least(t.o_stride, hv * v, "o_stride (elements per token, at least HV*V)")?;
+    let gate_row = if b.variant == 1 { hv * k } else { hv };
+    if raw {
+        at_least(
+            t.a_stride,
+            gate_row,
+            "a_stride (elements per token, HV or HV*K for KDA)",
+        )?;
+        at_least(t.b_stride, hv, "b_stride (elements per token, at least HV)")?;
+    }
+    if !t.scale.is_finite() {
+        return Err(bad(format!("scale = {} is not finite", t.scale)));
+    }
+    let (rows, act) = (rows as i64, act_bytes(b.dtype));
+    extent("q", rows, t.q_stride, h * k, act)?;
+    extent("k", rows, t.k_stride, h * k, act)?;
+    extent("v", rows, t.v_stride, hv * v, act)?;
+    extent("o", rows, t.o_stride, hv * v, act)?;
+    if raw {
+        extent("a", rows, t.a_stride, gate_row, act)?;
+        extent("b", rows, t.b_stride, hv, act)?;
+    }
+    Ok(())
 }
 
-/// Pool geometry shared by the spec and decode kernels.
+/// The params base (`rssm_base_params`) of every kernel over the pool: head dims, dtype, variant,
+/// the rows and the pool (its layer in range, state and slots present, its extent and pitches, the
+/// state's alignment).
+fn base(b: &ffi::rssm_base_params, reach: Reach) -> Check {
+    problem(b.H, b.HV, b.K, b.V, b.dtype, b.variant, b.qk_l2norm)?;
+    pool(b.batch, b.num_slots, b.num_layers)?;
+    in_range(b.layer, 0, b.num_layers - 1, "layer")?;
+    nonnull(b.slots, "slots")?;
+    nonnull(b.state, "state")?;
+    dense("state", &[b.num_layers, b.num_slots, b.HV, b.V, b.K], 4)?;
+    aligned16(reach, b.state, "state")?;
+    state_pitches(
+        b.state_slot_stride,
+        b.state_layer_stride,
+        b.num_layers,
+        b.num_slots,
+        b.HV,
+        b.V,
+        b.K,
+    )
+}
+
+/// Pool geometry: the rows, the slots and the layers.
 fn pool(batch: i32, num_slots: i32, num_layers: i32) -> Check {
     in_range(batch, 1, 65535, "batch")?;
     at_least(num_slots as i64, 1, "num_slots")?;
@@ -195,14 +234,22 @@ unsafe fn token_rows<'a>(
     Ok((slots, cu))
 }
 
-/// The pool and spec-ring extents of V, F and P (`[NL, NS, ...]`) fit 64-bit addressing.
-fn spec_extents<P: SpecDims>(p: &P, nl: i32, ns: i32, w: i32) -> Check {
-    let (h, hv, k, v, variant, dtype) = p.dims();
-    let gw = if variant == 1 { k } else { 1 };
-    dense("state", &[nl, ns, hv, v, k], 4)?;
-    dense("ring_v", &[nl, ns, hv, w, v], act_bytes(dtype))?;
-    dense("ring_k", &[nl, ns, h, w, k], act_bytes(dtype))?;
-    dense("ring_g", &[nl, ns, hv, w, gw], 4)
+/// The spec-ring part (`rssm_ring_params`) of V, F and P: its window and its extent
+/// (`[NL, NS, ...]`) within 64-bit addressing; `read`: F and P read all four arrays.
+fn ring(b: &ffi::rssm_base_params, r: &ffi::rssm_ring_params, read: bool) -> Check {
+    at_least(r.window as i64, 1, "ring.window")?;
+    let (nl, ns, w) = (b.num_layers, b.num_slots, r.window);
+    let gw = if b.variant == 1 { b.K } else { 1 };
+    dense("ring.v", &[nl, ns, b.HV, w, b.V], act_bytes(b.dtype))?;
+    dense("ring.k", &[nl, ns, b.H, w, b.K], act_bytes(b.dtype))?;
+    dense("ring.g", &[nl, ns, b.HV, w, gw], 4)?;
+    if read {
+        nonnull(r.v, "ring.v")?;
+        nonnull(r.k, "ring.k")?;
+        nonnull(r.g, "ring.g")?;
+        nonnull(r.beta, "ring.beta")?;
+    }
+    Ok(())
 }
 
 /// The checkpoint pool's pitches (`state_slot_stride`, `state_layer_stride`, elements, 0 = packed):
@@ -251,38 +298,6 @@ fn state_pitches(slot_stride: i64, layer_stride: i64, nl: i32, ns: i32, hv: i32,
     Ok(())
 }
 
-/// [`state_pitches`] of a params struct with a layered pool.
-macro_rules! pool_pitches {
-    ($p:expr) => {{
-        let p = $p;
-        state_pitches(
-            p.state_slot_stride,
-            p.state_layer_stride,
-            p.num_layers,
-            p.num_slots,
-            p.HV,
-            p.V,
-            p.K,
-        )
-    }};
-}
-
-/// Head dims of the spec params structs, for [`spec_extents`].
-trait SpecDims {
-    fn dims(&self) -> (i32, i32, i32, i32, i32, i32);
-}
-
-macro_rules! spec_dims {
-    ($($t:ty),*) => {$(
-        impl SpecDims for $t {
-            fn dims(&self) -> (i32, i32, i32, i32, i32, i32) {
-                (self.H, self.HV, self.K, self.V, self.variant, self.dtype)
-            }
-        }
-    )*};
-}
-spec_dims!(ffi::rssm_verify_params, ffi::rssm_fold_params, ffi::rssm_replay_params);
-
 /// F and materialise put (layer, 16-row tile) in gridDim.x: at most 2^31 - 1 blocks (the batch
 /// is in gridDim.z, bounded by `batch`'s own check).
 fn layer_grid(v: i32, num_layers: i32) -> Check {
@@ -296,8 +311,9 @@ fn layer_grid(v: i32, num_layers: i32) -> Check {
 }
 
 /// The implementation fields (`impl`, `block_rows`) against what the kernel has and what fits.
-fn implementation(kernel: crate::tuning::Kernel, imp: i32, block_rows: i32, key: crate::tuning::Key) -> Check {
+fn implementation(kernel: crate::tuning::Kernel, b: &ffi::rssm_base_params, key: crate::tuning::Key) -> Check {
     use crate::tuning::{Choice, Impl};
+    let (imp, block_rows) = (b.impl_, b.block_rows);
     let known = [Impl::Default, Impl::Staged, Impl::Prefetch];
     let Some(&which) = known.iter().find(|i| i.to_ffi() == imp) else {
         return Err(bad(format!(
@@ -333,71 +349,26 @@ fn implementation(kernel: crate::tuning::Kernel, imp: i32, block_rows: i32, key:
     Ok(())
 }
 
-fn spec_key(
-    kernel: crate::tuning::Kernel,
-    variant: i32,
-    k: i32,
-    v: i32,
-    hv: i32,
-    window: i32,
-    batch: i32,
-) -> crate::tuning::Key {
-    crate::tuning::Key {
-        kernel,
-        kda: variant == 1,
-        k: k.max(0) as usize,
-        v: v.max(0) as usize,
-        hv: hv.max(0) as usize,
-        window: window.max(0) as usize,
-        batch: batch.max(0) as usize,
-    }
-}
-
-/// Checks the spec-ring fields F and P share.
-macro_rules! check_spec_ring {
-    ($p:expr, $backend:expr) => {{
-        let p = $p;
-        problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
-        pool(p.batch, p.num_slots, p.num_layers)?;
-        at_least(p.window as i64, 1, "window")?;
-        spec_extents(p, p.num_layers, p.num_slots, p.window)?;
-        nonnull(p.state, "state")?;
-        nonnull(p.ring_v, "ring_v")?;
-        nonnull(p.ring_k, "ring_k")?;
-        nonnull(p.ring_g, "ring_g")?;
-        nonnull(p.ring_beta, "ring_beta")?;
-        nonnull(p.slots, "slots")?;
-        aligned16($backend, p.state, "state")?;
-        pool_pitches!(p)?;
-    }};
-}
-
-fn decode_ring(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
-    problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
-
-    pool(p.batch, p.num_slots, p.num_layers)?;
+fn decode_ring(p: &ffi::rssm_decode_params, reach: Reach) -> Check {
+    let b = &p.base;
+    base(b, reach)?;
     in_range(p.cache_len, 1, MAX_CACHE_LEN as i32, "cache_len")?;
-    let gw = if p.variant == 1 { p.K } else { 1 };
-    let (nl, ns, l) = (p.num_layers, p.num_slots, p.cache_len);
-    dense("state", &[nl, ns, p.HV, p.V, p.K], 4)?;
-    dense("ring_d", &[nl, ns, p.HV, l, p.V], 4)?;
-    dense("ring_k", &[nl, ns, p.H, l, p.K], 4)?;
-    dense("ring_g", &[nl, ns, p.HV, l, gw], 4)?;
-    nonnull(p.state, "state")?;
+    let gw = if b.variant == 1 { b.K } else { 1 };
+    let (nl, ns, l) = (b.num_layers, b.num_slots, p.cache_len);
+    dense("ring_d", &[nl, ns, b.HV, l, b.V], 4)?;
+    dense("ring_k", &[nl, ns, b.H, l, b.K], 4)?;
+    dense("ring_g", &[nl, ns, b.HV, l, gw], 4)?;
     nonnull(p.ring_d, "ring_d")?;
     nonnull(p.ring_k, "ring_k")?;
     nonnull(p.ring_g, "ring_g")?;
-    nonnull(p.slots, "slots")?;
     nonnull(p.positions, "positions (the cursor snapshot of this step)")?;
-    aligned16(backend, p.state, "state")?;
-    aligned16(backend, p.ring_k, "ring_k")?;
-    pool_pitches!(p)?;
-    if backend == Backend::Emulated {
+    aligned16(reach, p.ring_k, "ring_k")?;
+    if reach.host_indices {
         // SAFETY: the documented extents of slots and positions, [batch] each.
         let (slots, pos) = unsafe {
             (
-                live_slots(p.slots, p.batch, p.num_slots)?,
-                host_ints(p.positions, p.batch as usize),
+                live_slots(b.slots, b.batch, b.num_slots)?,
+                host_ints(p.positions, b.batch as usize),
             )
         };
         indices::positions("positions", &pos, &slots, p.cache_len)?;
@@ -406,36 +377,46 @@ fn decode_ring(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
 }
 
 /// The checks of `rssm_recurrent`'s params (the C ABI's `replayssm_recurrent`, the Rust wrapper's launch).
-pub(crate) fn recurrent(p: &ffi::rssm_recurrent_params, backend: Backend) -> Check {
-    problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
-    in_range(p.batch, 1, 65535, "batch")?;
+pub(crate) fn recurrent(p: &ffi::rssm_recurrent_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
+    let b = &p.base;
+    // R's pool has one layer and no layer pitch.
+    in_range(b.num_layers, 1, 1, "num_layers (kernel R's pool has one layer)")?;
+    in_range(b.layer, 0, 0, "layer (kernel R's pool has one layer)")?;
+    if b.state_layer_stride != 0 {
+        return Err(bad(format!(
+            "state_layer_stride = {}: kernel R's pool has one layer, give 0",
+            b.state_layer_stride
+        )));
+    }
+    base(b, reach)?;
     at_least(p.num_tokens as i64, 0, "num_tokens")?;
     at_least(p.max_seqlen as i64, 1, "max_seqlen")?;
-    at_least(p.num_slots as i64, 1, "num_slots")?;
     nonnull(p.cu_seqlens, "cu_seqlens")?;
-    nonnull(p.slots, "slots")?;
-    nonnull(p.state, "state")?;
     in_range(p.write_state, 0, 1, "write_state")?;
-    check_tokens!(p, p.num_tokens);
-    dense("state", &[p.num_slots, p.HV, p.V, p.K], 4)?;
-    if !p.snapshots.is_null() {
-        dense("snapshots", &[p.batch, p.max_seqlen, p.HV, p.V, p.K], 4)?;
+    if b.impl_ != 0 || b.block_rows != 0 {
+        return Err(bad(format!(
+            "impl = {}, block_rows = {}: kernel R has one implementation (0, 0)",
+            b.impl_, b.block_rows
+        )));
     }
-    aligned16(backend, p.state, "state")?;
-    aligned16(backend, p.snapshots, "snapshots")?;
-    state_pitches(p.state_slot_stride, 0, 1, p.num_slots, p.HV, p.V, p.K)?;
-    if backend == Backend::Emulated {
+    tokens(b, &p.tokens, p.num_tokens)?;
+    if !p.snapshots.is_null() {
+        dense("snapshots", &[b.batch, p.max_seqlen, b.HV, b.V, b.K], 4)?;
+    }
+    aligned16(reach, p.snapshots, "snapshots")?;
+    if reach.host_indices {
         // SAFETY: the documented extents of slots [batch] and cu_seqlens [batch + 1].
-        unsafe { token_rows(p.slots, p.cu_seqlens, p.batch, p.num_slots, p.num_tokens, p.max_seqlen)? };
+        unsafe { token_rows(b.slots, p.cu_seqlens, b.batch, b.num_slots, p.num_tokens, p.max_seqlen)? };
     }
     Ok(())
 }
 
 /// The checks of `rssm_verify`'s params (the C ABI's `replayssm_verify`, the Rust wrapper's launch).
-pub(crate) fn verify(p: &ffi::rssm_verify_params, backend: Backend) -> Check {
-    problem(p.H, p.HV, p.K, p.V, p.dtype, p.variant, p.qk_l2norm)?;
-    pool(p.batch, p.num_slots, p.num_layers)?;
-    in_range(p.layer, 0, p.num_layers - 1, "layer")?;
+pub(crate) fn verify(p: &ffi::rssm_verify_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
+    let (b, r) = (&p.base, &p.ring);
+    base(b, reach)?;
     at_least(p.num_tokens as i64, 0, "num_tokens")?;
     in_range(
         p.max_seqlen,
@@ -443,44 +424,28 @@ pub(crate) fn verify(p: &ffi::rssm_verify_params, backend: Backend) -> Check {
         ffi::RSSM_MAX_VERIFY_WINDOW as i32,
         "max_seqlen (draft tokens per request)",
     )?;
-    at_least(p.window as i64, 1, "window")?;
     nonnull(p.cu_seqlens, "cu_seqlens")?;
-    nonnull(p.slots, "slots")?;
-    nonnull(p.state, "state")?;
-    let ring = [
-        p.ring_v.is_null(),
-        p.ring_k.is_null(),
-        p.ring_g.is_null(),
-        p.ring_beta.is_null(),
-    ];
-    if ring.iter().any(|&n| n) && !ring.iter().all(|&n| n) {
+    let absent = [r.v.is_null(), r.k.is_null(), r.g.is_null(), r.beta.is_null()];
+    if absent.iter().any(|&n| n) && !absent.iter().all(|&n| n) {
         return Err(bad(
-            "ring_v, ring_k, ring_g, ring_beta: set all four (ring write) or none",
+            "ring.v, ring.k, ring.g, ring.beta: set all four (ring write) or none",
         ));
     }
-    let with_ring = !ring[0];
-    if with_ring && p.window < p.max_seqlen {
+    ring(b, r, false)?;
+    if !absent[0] && r.window < p.max_seqlen {
         return Err(bad(format!(
             "window = {} is smaller than max_seqlen = {}: the ring must hold every draft token of a request (W >= T)",
-            p.window, p.max_seqlen
+            r.window, p.max_seqlen
         )));
     }
-    check_tokens!(p, p.num_tokens);
-    spec_extents(p, p.num_layers, p.num_slots, p.window)?;
+    tokens(b, &p.tokens, p.num_tokens)?;
     use crate::tuning::Kernel;
-    implementation(
-        Kernel::V,
-        p.impl_,
-        p.block_rows,
-        spec_key(Kernel::V, p.variant, p.K, p.V, p.HV, p.max_seqlen, p.batch),
-    )?;
-    aligned16(backend, p.state, "state")?;
-    pool_pitches!(p)?;
-    if backend == Backend::Emulated {
+    implementation(Kernel::V, b, crate::tuning::Key::of_launch(Kernel::V, b, p.max_seqlen))?;
+    if reach.host_indices {
         // SAFETY: the documented extents of slots [batch], cu_seqlens [batch + 1] and
         // parent [num_tokens] (read only where the windows say, after they are checked).
         let (slots, cu) =
-            unsafe { token_rows(p.slots, p.cu_seqlens, p.batch, p.num_slots, p.num_tokens, p.max_seqlen)? };
+            unsafe { token_rows(b.slots, p.cu_seqlens, b.batch, b.num_slots, p.num_tokens, p.max_seqlen)? };
         if !p.parent.is_null() {
             // SAFETY: as above.
             let parent = unsafe { host_ints(p.parent, p.num_tokens as usize) };
@@ -491,15 +456,18 @@ pub(crate) fn verify(p: &ffi::rssm_verify_params, backend: Backend) -> Check {
 }
 
 /// The checks of `rssm_fold`'s params (the C ABI's `replayssm_fold`, the Rust wrapper's launch).
-pub(crate) fn fold(p: &ffi::rssm_fold_params, backend: Backend) -> Check {
-    check_spec_ring!(p, backend);
+pub(crate) fn fold(p: &ffi::rssm_fold_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
+    let (b, w) = (&p.base, p.ring.window);
+    base(b, reach)?;
+    ring(b, &p.ring, true)?;
     match (p.accept_lens.is_null(), p.accept_paths.is_null()) {
         (false, true) => {
             if p.path_width != 0 {
                 return Err(bad("path_width must be 0 without accept_paths"));
             }
         }
-        (true, false) => in_range(p.path_width, 1, p.window, "path_width (columns of accept_paths)")?,
+        (true, false) => in_range(p.path_width, 1, w, "path_width (columns of accept_paths)")?,
         _ => {
             return Err(bad(
                 "give exactly one of accept_lens (linear chain) and accept_paths (tree path fold)",
@@ -509,98 +477,88 @@ pub(crate) fn fold(p: &ffi::rssm_fold_params, backend: Backend) -> Check {
     if p.track_slots.is_null() != p.track_steps.is_null() {
         return Err(bad("track_slots and track_steps: set both or neither"));
     }
-    layer_grid(p.V, p.num_layers)?;
+    layer_grid(b.V, b.num_layers)?;
     use crate::tuning::Kernel;
-    implementation(
-        Kernel::F,
-        p.impl_,
-        p.block_rows,
-        spec_key(Kernel::F, p.variant, p.K, p.V, p.HV, p.window, p.batch),
-    )?;
-    if backend == Backend::Emulated {
-        let b = p.batch as usize;
+    implementation(Kernel::F, b, crate::tuning::Key::of_launch(Kernel::F, b, w))?;
+    if reach.host_indices {
+        let n = b.batch as usize;
         // SAFETY: the documented extents: slots, accept_lens, track_* [batch], accept_paths
         // [batch, path_width].
-        let slots = unsafe { live_slots(p.slots, p.batch, p.num_slots)? };
+        let slots = unsafe { live_slots(b.slots, b.batch, b.num_slots)? };
         let lens = if p.accept_paths.is_null() {
             // SAFETY: as above.
-            let lens = unsafe { host_ints(p.accept_lens, b) };
-            indices::lengths("accept_lens", &lens, &slots, p.window)?;
+            let lens = unsafe { host_ints(p.accept_lens, n) };
+            indices::lengths("accept_lens", &lens, &slots, w)?;
             lens
         } else {
-            let w = p.path_width as usize;
+            let pw = p.path_width as usize;
             // SAFETY: as above.
             Cow::Owned(indices::paths(
-                &unsafe { host_ints(p.accept_paths, b * w) },
-                w,
+                &unsafe { host_ints(p.accept_paths, n * pw) },
+                pw,
                 &slots,
-                p.window,
+                w,
             )?)
         };
         if !p.track_slots.is_null() {
             // SAFETY: as above.
-            let (ts, st) = unsafe { (host_ints(p.track_slots, b), host_ints(p.track_steps, b)) };
-            indices::tracks(&ts, &st, &slots, &lens, p.num_slots)?;
+            let (ts, st) = unsafe { (host_ints(p.track_slots, n), host_ints(p.track_steps, n)) };
+            indices::tracks(&ts, &st, &slots, &lens, b.num_slots)?;
         }
     }
     Ok(())
 }
 
 /// The checks of `rssm_replay`'s params (the C ABI's `replayssm_replay`, the Rust wrapper's launch).
-pub(crate) fn replay(p: &ffi::rssm_replay_params, backend: Backend) -> Check {
-    check_spec_ring!(p, backend);
-    in_range(p.layer, 0, p.num_layers - 1, "layer")?;
+pub(crate) fn replay(p: &ffi::rssm_replay_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
+    let b = &p.base;
+    base(b, reach)?;
+    ring(b, &p.ring, true)?;
     nonnull(p.counts, "counts")?;
     use crate::tuning::Kernel;
-    implementation(
-        Kernel::P,
-        p.impl_,
-        p.block_rows,
-        spec_key(Kernel::P, p.variant, p.K, p.V, p.HV, p.window, p.batch),
-    )?;
-    if backend == Backend::Emulated {
+    implementation(Kernel::P, b, crate::tuning::Key::of_launch(Kernel::P, b, p.ring.window))?;
+    if reach.host_indices {
         // SAFETY: the documented extents of slots and counts, [batch] each.
         let (slots, counts) = unsafe {
             (
-                live_slots(p.slots, p.batch, p.num_slots)?,
-                host_ints(p.counts, p.batch as usize),
+                live_slots(b.slots, b.batch, b.num_slots)?,
+                host_ints(p.counts, b.batch as usize),
             )
         };
-        indices::lengths("counts", &counts, &slots, p.window)?;
+        indices::lengths("counts", &counts, &slots, p.ring.window)?;
     }
     Ok(())
 }
 
 /// The checks of `rssm_decode`'s params (the C ABI's `replayssm_decode`, the Rust wrapper's launch).
-pub(crate) fn decode(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
-    decode_ring(p, backend)?;
+pub(crate) fn decode(p: &ffi::rssm_decode_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
+    let b = &p.base;
+    decode_ring(p, reach)?;
     use crate::tuning::Kernel;
-    implementation(
-        Kernel::D,
-        p.impl_,
-        p.block_rows,
-        spec_key(Kernel::D, p.variant, p.K, p.V, p.HV, p.cache_len, p.batch),
-    )?;
-    in_range(p.layer, 0, p.num_layers - 1, "layer")?;
-    check_tokens!(p, p.batch);
-    Ok(())
+    implementation(Kernel::D, b, crate::tuning::Key::of_launch(Kernel::D, b, p.cache_len))?;
+    tokens(b, &p.tokens, b.batch)
 }
 
 /// The checks of `rssm_materialize`'s params (the C ABI's `replayssm_decode_materialize`, the Rust wrapper's launch).
-pub(crate) fn materialize(p: &ffi::rssm_decode_params, backend: Backend) -> Check {
-    decode_ring(p, backend)?;
-    if p.impl_ != 0 || p.block_rows != 0 {
+pub(crate) fn materialize(p: &ffi::rssm_decode_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
+    let b = &p.base;
+    decode_ring(p, reach)?;
+    if b.impl_ != 0 || b.block_rows != 0 {
         return Err(bad(format!(
             "impl = {}, block_rows = {}: materialise has one implementation (0, 0)",
-            p.impl_, p.block_rows
+            b.impl_, b.block_rows
         )));
     }
-    layer_grid(p.V, p.num_layers)?;
+    layer_grid(b.V, b.num_layers)?;
     Ok(())
 }
 
 /// The checks of `rssm_cursors`'s params (the C ABI's `replayssm_decode_cursors`, the Rust wrapper's launch).
-pub(crate) fn cursors(p: &ffi::rssm_cursor_params, backend: Backend) -> Check {
+pub(crate) fn cursors(p: &ffi::rssm_cursor_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
     in_range(p.op, 0, 2, "op (0 = SNAPSHOT, 1 = ADVANCE, 2 = RESET)")?;
     in_range(p.batch, 1, 65535, "batch")?;
     at_least(p.num_slots as i64, 1, "num_slots")?;
@@ -610,7 +568,7 @@ pub(crate) fn cursors(p: &ffi::rssm_cursor_params, backend: Backend) -> Check {
     if p.op != ffi::rssm_cursor_op_RSSM_CURSOR_RESET as i32 {
         nonnull(p.positions, "positions")?;
     }
-    if backend == Backend::Emulated {
+    if reach.host_indices {
         let b = p.batch as usize;
         // SAFETY: the documented extents: slots and positions [batch], cursors [num_slots].
         let slots = unsafe { live_slots(p.slots, p.batch, p.num_slots)? };
@@ -668,29 +626,31 @@ fn pending_entry(entry: &[i32], w: usize, slot: i32) -> Check {
 
 /// The checks of `rssm_verify_fold`'s params (the Rust wrapper's launch): V's on the verify,
 /// then the two-window ring, the pending table and the track.
-pub(crate) fn verify_fold(p: &ffi::rssm_verify_fold_params, backend: Backend) -> Check {
+pub(crate) fn verify_fold(p: &ffi::rssm_verify_fold_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
     let v = &p.verify;
-    if v.impl_ != 0 || v.block_rows != 0 {
+    let b = &v.base;
+    if b.impl_ != 0 || b.block_rows != 0 {
         return Err(bad(format!(
             "verify.impl = {}, verify.block_rows = {}: VF has one implementation (0, 0)",
-            v.impl_, v.block_rows
+            b.impl_, b.block_rows
         )));
     }
-    verify(v, backend)?;
-    if v.ring_v.is_null() {
+    verify(v, reach)?;
+    if v.ring.v.is_null() {
         return Err(bad(
-            "VF writes the new window to the ring: set ring_v, ring_k, ring_g, ring_beta",
+            "VF writes the new window to the ring: set ring.v, ring.k, ring.g, ring.beta",
         ));
     }
     nonnull(p.pending, "pending")?;
-    if v.window % 2 != 0 || v.window / 2 > ffi::RSSM_MAX_VERIFY_WINDOW as i32 {
+    if v.ring.window % 2 != 0 || v.ring.window / 2 > ffi::RSSM_MAX_VERIFY_WINDOW as i32 {
         return Err(bad(format!(
             "window = {}: the deferred ring holds two windows, so it must be 2 W with W in 1..={}",
-            v.window,
+            v.ring.window,
             ffi::RSSM_MAX_VERIFY_WINDOW
         )));
     }
-    let w = v.window / 2;
+    let w = v.ring.window / 2;
     if v.max_seqlen > w {
         return Err(bad(format!(
             "max_seqlen = {} exceeds W = {w} (window / 2): a draft window must fit one half of the ring",
@@ -700,12 +660,12 @@ pub(crate) fn verify_fold(p: &ffi::rssm_verify_fold_params, backend: Backend) ->
     if p.track_slots.is_null() != p.track_steps.is_null() {
         return Err(bad("track_slots and track_steps: set both or neither"));
     }
-    if backend == Backend::Emulated {
-        let b = v.batch as usize;
+    if reach.host_indices {
+        let n = v.base.batch as usize;
         // SAFETY: the documented extents: slots and track_* [batch], pending [num_slots, 2 + W].
-        let slots = unsafe { live_slots(v.slots, v.batch, v.num_slots)? };
+        let slots = unsafe { live_slots(b.slots, b.batch, b.num_slots)? };
         let e = 2 + w as usize;
-        let mut lens = vec![0i32; b];
+        let mut lens = vec![0i32; n];
         for (row, &s) in slots.iter().enumerate().filter(|(_, &s)| s >= 0) {
             // SAFETY: as above; only live rows' entries are read.
             let entry = unsafe { host_ints(p.pending.add(s as usize * e), e) };
@@ -714,8 +674,8 @@ pub(crate) fn verify_fold(p: &ffi::rssm_verify_fold_params, backend: Backend) ->
         }
         if !p.track_slots.is_null() {
             // SAFETY: as above.
-            let (ts, st) = unsafe { (host_ints(p.track_slots, b), host_ints(p.track_steps, b)) };
-            indices::tracks(&ts, &st, &slots, &lens, v.num_slots)?;
+            let (ts, st) = unsafe { (host_ints(p.track_slots, n), host_ints(p.track_steps, n)) };
+            indices::tracks(&ts, &st, &slots, &lens, b.num_slots)?;
             for (row, &t) in ts.iter().enumerate().filter(|(_, &t)| t >= 0) {
                 // SAFETY: as above; t is in 0..num_slots (indices::tracks).
                 let n = unsafe { *p.pending.add(t as usize * e) };
@@ -732,7 +692,8 @@ pub(crate) fn verify_fold(p: &ffi::rssm_verify_fold_params, backend: Backend) ->
 }
 
 /// The checks of `rssm_defer`'s params (the Rust wrapper's launch).
-pub(crate) fn defer(p: &ffi::rssm_defer_params, backend: Backend) -> Check {
+pub(crate) fn defer(p: &ffi::rssm_defer_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
     in_range(p.op, 0, 2, "op (0 = COMMIT, 1 = GATHER, 2 = RESET)")?;
     in_range(p.batch, 1, ffi::RSSM_MAX_BATCH as i32, "batch")?;
     at_least(p.num_slots as i64, 1, "num_slots")?;
@@ -751,7 +712,7 @@ pub(crate) fn defer(p: &ffi::rssm_defer_params, backend: Backend) -> Check {
     if p.op == ffi::rssm_defer_op_RSSM_DEFER_GATHER as i32 {
         nonnull(p.paths, "paths")?;
     }
-    if backend == Backend::Emulated {
+    if reach.host_indices {
         let b = p.batch as usize;
         let w = p.window as usize;
         // SAFETY: the documented extents: slots and accept_lens [batch], accept_paths

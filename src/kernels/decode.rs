@@ -1,7 +1,7 @@
-//! Kernel D, buffered decode (SPEC §4 D, `--enable-linear-replayssm`), and its cursor protocol.
+//! Kernel D, buffered decode (design §4 D, `--enable-linear-replayssm`), and its cursor protocol.
 //!
 //! A [`DecodeRing`] attaches to a [`CheckpointPool`] resolved with buffered decode on a local
-//! pool (SPEC §5 P1: attaching to a disaggregated pool is an error, so no code path can produce
+//! pool (design §5 P1: attaching to a disaggregated pool is an error, so no code path can produce
 //! that combination). Per forward: [`DecodeRing::begin_step`] snapshots each row's cursor,
 //! [`decode`] runs once per layer, [`DecodeRing::finish_step`] advances the cursors (outside any
 //! captured graph). [`materialize`] folds a slot's pending records into its checkpoint.
@@ -18,6 +18,7 @@ use crate::checks::{check_kernel_head_dim, check_slots};
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::kernels::params::Base;
 use crate::memory::{
     ActLayout, Device, DeviceActViewMut, DeviceSeqlens, DeviceSlice, DeviceSliceMut, Host, Memory, SliceRef, Stream,
 };
@@ -26,7 +27,7 @@ use crate::reference;
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::decode_ring::{DecodeRing, DecodeStep};
 use crate::state::pool::CheckpointPool;
-use crate::tokens::{output_ptr, token_ptrs, validate_tokens, Gate, RecurrentInputs};
+use crate::tokens::{token_params, validate_tokens, Gate, RecurrentInputs};
 
 /// Inputs of one decode step of one layer: row `b` is the token of request `b`.
 #[derive(Clone, Copy, Debug)]
@@ -201,54 +202,35 @@ fn decode_kernel<M: Memory>(
     o: &mut M::ViewMut<'_>,
 ) -> Result<()> {
     let s = pool.shape();
-    let d = s.dims;
-    let t = token_ptrs(exec, inp)?;
-    let (o_ptr, o_stride) = output_ptr(exec, o)?;
+    let tokens = token_params(exec, inp, o)?;
+    let base = Base {
+        slots: exec.slice("slots", &inp.slots)?,
+        state: exec.store_mut("pool", pool.storage_mut())?,
+        batch: rows.slots.len(),
+        num_slots: s.slots,
+        num_layers: s.layers,
+        layer,
+        dims: s.dims,
+        dtype: inp.q.dtype(),
+        variant: inp.variant,
+        qk_l2norm: inp.qk_l2norm,
+    };
     let mut params = ffi::rssm_decode_params {
-        q: t.q.cast(),
-        k: t.k.cast(),
-        v: t.v.cast(),
-        a: t.a.cast(),
-        b: t.b.cast(),
-        A_log: t.a_log,
-        dt_bias: t.dt_bias,
-        g: t.g,
-        beta: t.beta,
-        slots: t.slots,
+        base: base.to_ffi(exec),
+        tokens,
         positions: exec.slice("positions", &rows.positions)?,
         force_flush: match &rows.force_flush {
             Some(f) => exec.slice("force_flush", f)?,
             None => std::ptr::null(),
         },
-        state: exec.store_mut("pool", pool.storage_mut())?,
         ring_d: exec.store_mut("decode ring d", &mut ring.d)?,
         ring_k: exec.store_mut("decode ring k", &mut ring.k)?,
         ring_g: exec.store_mut("decode ring g", &mut ring.g)?,
-        o: o_ptr.cast(),
-        error_word: exec.word,
-        q_stride: t.q_stride,
-        k_stride: t.k_stride,
-        v_stride: t.v_stride,
-        a_stride: t.a_stride,
-        b_stride: t.b_stride,
-        o_stride,
-        batch: rows.slots.len() as i32,
-        num_slots: s.slots as i32,
-        num_layers: s.layers as i32,
-        layer: layer as i32,
         cache_len: ring.cache_len as i32,
-        H: d.h as i32,
-        HV: d.hv as i32,
-        K: d.k as i32,
-        V: d.v as i32,
-        scale: inp.scale,
-        dtype: inp.q.dtype().to_ffi(),
-        variant: inp.variant.to_ffi(),
-        qk_l2norm: inp.qk_l2norm as i32,
-        ..Default::default()
+        reserved: 0,
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
-    crate::tuning::apply_decode(&mut params);
+    crate::tuning::apply(crate::tuning::Kernel::D, &mut params.base, params.cache_len);
     crate::checks::params::decode(&params, exec.backend)?;
     let st = launch!(exec, rssm_decode, rssm_emu_decode, &params);
     check_status("decode", exec.backend, st)
@@ -308,48 +290,36 @@ fn materialize_kernel<M: Memory>(
     positions: &M::Slice<'_, i32>,
 ) -> Result<()> {
     let s = pool.shape();
-    let d = s.dims;
-    let null = std::ptr::null();
-    let params = ffi::rssm_decode_params {
-        q: null,
-        k: null,
-        v: null,
-        a: null,
-        b: null,
-        A_log: std::ptr::null(),
-        dt_bias: std::ptr::null(),
-        g: std::ptr::null(),
-        beta: std::ptr::null(),
+    let base = Base {
         slots: exec.slice("slots", slots)?,
-        positions: exec.slice("positions", positions)?,
+        state: std::ptr::null_mut(),
+        batch: slots.len(),
+        num_slots: s.slots,
+        num_layers: s.layers,
+        layer: 0,
+        dims: s.dims,
+        dtype: crate::DType::F32,
+        variant: s.variant,
+        qk_l2norm: false,
+    };
+    let positions = exec.slice("positions", positions)?;
+    let mut base = base.to_ffi(exec);
+    base.state = exec.store_mut("pool", pool.storage_mut())?;
+    // No token inputs: materialise reads only the base, the ring and the positions.
+    let params = ffi::rssm_decode_params {
+        base,
+        tokens: ffi::rssm_token_params {
+            scale: 1.0,
+            ..Default::default()
+        },
+        positions,
         force_flush: std::ptr::null(),
-        state: exec.store_mut("pool", pool.storage_mut())?,
         // Read only by the materialise kernel.
         ring_d: exec.store("decode ring d", &ring.d)?.cast_mut(),
         ring_k: exec.store("decode ring k", &ring.k)?.cast_mut(),
         ring_g: exec.store("decode ring g", &ring.g)?.cast_mut(),
-        o: std::ptr::null_mut(),
-        error_word: exec.word,
-        q_stride: 0,
-        k_stride: 0,
-        v_stride: 0,
-        a_stride: 0,
-        b_stride: 0,
-        o_stride: 0,
-        batch: slots.len() as i32,
-        num_slots: s.slots as i32,
-        num_layers: s.layers as i32,
-        layer: 0,
         cache_len: ring.cache_len as i32,
-        H: d.h as i32,
-        HV: d.hv as i32,
-        K: d.k as i32,
-        V: d.v as i32,
-        scale: 1.0,
-        dtype: crate::DType::F32.to_ffi(),
-        variant: s.variant.to_ffi(),
-        qk_l2norm: 0,
-        ..Default::default()
+        reserved: 0,
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::materialize(&params, exec.backend)?;

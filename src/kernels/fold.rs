@@ -1,4 +1,4 @@
-//! Kernel F, fold-every-commit (SPEC §4 F): one launch replays each live request's accepted ring
+//! Kernel F, fold-every-commit (design §4 F): one launch replays each live request's accepted ring
 //! records (bonus token included) into its fp32 checkpoint in every layer, bit-identical to
 //! kernel R, with optional radix-cache track snapshots; its path mode FT commits an accepted
 //! root path of a draft tree ([`crate::kernels::tree`]).
@@ -11,14 +11,15 @@ use crate::backend::Backend;
 use crate::checks::check_kernel_head_dim;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::kernels::params::{ring_read, Base};
 pub use crate::kernels::replay::Track;
-use crate::kernels::replay::{check_fold_args, replay_reference, ring_ptrs, Commit};
+use crate::kernels::replay::{check_fold_args, replay_reference, Commit};
 use crate::memory::{Device, DeviceSlice, Memory, SliceRef, Stream};
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::{check_ring_matches, check_spec_pool, SpecRing};
 
-/// The step whose state a radix-cache track snapshot needs (SPEC §4 F), for a commit of `n`
+/// The step whose state a radix-cache track snapshot needs (design §4 F), for a commit of `n`
 /// tokens onto a sequence of length `pre` with track interval `interval`: due when
 /// `pre / I != post / I` (`post = pre + n`), at step `max((post / I) * I - pre - 1, 0)`.
 pub fn track_step(pre: u64, n: u64, interval: u64) -> Option<u64> {
@@ -149,7 +150,6 @@ pub(crate) fn fold_kernel<M: Memory>(
     track: Option<Track<'_, M>>,
 ) -> Result<()> {
     let s = ring.shape;
-    let d = s.dims;
     let (track_slots, track_steps) = match &track {
         Some(t) => (
             exec.slice("track_slots", &t.slots)?,
@@ -157,38 +157,33 @@ pub(crate) fn fold_kernel<M: Memory>(
         ),
         None => (std::ptr::null(), std::ptr::null()),
     };
-    let r = ring_ptrs(exec, ring)?;
     let (accept_lens, accept_paths, path_width) = match &commit {
         Commit::Prefix(lens) => (exec.slice("accept_lens", lens)?, std::ptr::null(), 0),
         Commit::Path { paths, width, .. } => (std::ptr::null(), exec.slice("accept_paths", paths)?, *width as i32),
     };
-    let mut params = ffi::rssm_fold_params {
+    let base = Base {
         state: exec.store_mut("pool", pool.storage_mut())?,
-        ring_v: r.0,
-        ring_k: r.1,
-        ring_g: r.2,
-        ring_beta: r.3,
         slots: exec.slice("slots", slots)?,
+        batch: slots.len(),
+        num_slots: s.slots,
+        num_layers: s.layers,
+        layer: 0,
+        dims: s.dims,
+        dtype: s.dtype,
+        variant: s.variant,
+        qk_l2norm: ring.l2norm,
+    };
+    let mut params = ffi::rssm_fold_params {
+        base: base.to_ffi(exec),
+        ring: ring_read(exec, ring)?,
         accept_lens,
         track_slots,
         track_steps,
         accept_paths,
-        error_word: exec.word,
-        batch: slots.len() as i32,
-        num_slots: s.slots as i32,
-        num_layers: s.layers as i32,
-        window: s.window as i32,
-        H: d.h as i32,
-        HV: d.hv as i32,
-        K: d.k as i32,
-        V: d.v as i32,
-        dtype: s.dtype.to_ffi(),
-        variant: s.variant.to_ffi(),
-        qk_l2norm: ring.l2norm as i32,
         path_width,
-        ..Default::default()
+        reserved: 0,
     };
-    crate::tuning::apply_fold(&mut params);
+    crate::tuning::apply(crate::tuning::Kernel::F, &mut params.base, params.ring.window);
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::fold(&params, exec.backend)?;
     let st = launch!(exec, rssm_fold, rssm_emu_fold, &params);

@@ -5,6 +5,7 @@
 
 pub mod decode;
 pub mod fold;
+pub(crate) mod params;
 pub mod recurrent;
 pub mod replay;
 pub mod tree;

@@ -1,4 +1,4 @@
-//! Kernel R, the recurrent baseline (SPEC §4 R): safe wrapper over all three backends.
+//! Kernel R, the recurrent baseline (design §4 R): safe wrapper over all three backends.
 //!
 //! `recurrent(backend, &inputs, &mut outputs)` checks every shape, dtype, stride, slot and
 //! sequence length first (typed [`Error`]s), then runs the Rust reference, the emulated kernel or
@@ -9,10 +9,11 @@ use crate::backend::Backend;
 use crate::checks::check_len;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::kernels::params::Base;
 use crate::memory::{ActLayout, Device, Host, Memory, SliceMutRef, Stream};
 use crate::reference;
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
-use crate::tokens::{check_token_slots, output_ptr, token_ptrs, validate_tokens, RecurrentInputs};
+use crate::tokens::{check_token_slots, token_params, validate_tokens, RecurrentInputs};
 
 /// Outputs of kernel R, in host memory (the default) or device memory.
 #[derive(Debug)]
@@ -106,49 +107,30 @@ fn run_kernel<M: Memory>(
     plan: &RecurrentPlan,
     out: &mut RecurrentOutputs<'_, M>,
 ) -> Result<()> {
-    let d = inp.dims;
-    let t = token_ptrs(exec, inp)?;
-    let (o, o_stride) = output_ptr(exec, &mut out.o)?;
-    let params = ffi::rssm_recurrent_params {
-        q: t.q.cast(),
-        k: t.k.cast(),
-        v: t.v.cast(),
-        a: t.a.cast(),
-        b: t.b.cast(),
-        A_log: t.a_log,
-        dt_bias: t.dt_bias,
-        g: t.g,
-        beta: t.beta,
-        cu_seqlens: t.cu_seqlens,
-        slots: t.slots,
+    let base = Base {
         state: exec.slice_mut("state", &mut out.state)?,
+        slots: exec.slice("slots", &inp.slots)?,
+        batch: plan.batch,
+        num_slots: plan.num_slots,
+        num_layers: 1,
+        layer: 0,
+        dims: inp.dims,
+        dtype: inp.q.dtype(),
+        variant: inp.variant,
+        qk_l2norm: inp.qk_l2norm,
+    };
+    let params = ffi::rssm_recurrent_params {
+        base: base.to_ffi(exec),
+        tokens: token_params(exec, inp, &mut out.o)?,
+        cu_seqlens: exec.slice("cu_seqlens", &inp.cu_seqlens)?,
         snapshots: match out.snapshots.as_mut() {
             Some(s) => exec.slice_mut("snapshots", s)?,
             None => std::ptr::null_mut(),
         },
-        o: o.cast(),
-        error_word: exec.word,
-        q_stride: t.q_stride,
-        k_stride: t.k_stride,
-        v_stride: t.v_stride,
-        a_stride: t.a_stride,
-        b_stride: t.b_stride,
-        o_stride,
         num_tokens: plan.num_tokens as i32,
-        batch: plan.batch as i32,
         max_seqlen: plan.max_seqlen as i32,
-        num_slots: plan.num_slots as i32,
-        H: d.h as i32,
-        HV: d.hv as i32,
-        K: d.k as i32,
-        V: d.v as i32,
-        scale: inp.scale,
-        dtype: inp.q.dtype().to_ffi(),
-        variant: inp.variant.to_ffi(),
-        qk_l2norm: inp.qk_l2norm as i32,
         write_state: out.write_state as i32,
         reserved: 0,
-        state_slot_stride: 0, // packed: the safe API's pools are
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::recurrent(&params, exec.backend)?;

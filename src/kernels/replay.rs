@@ -1,4 +1,4 @@
-//! Kernel P, fp32 checkpoint replay of one layer (SPEC §4 P): replays `counts[b]` ring records
+//! Kernel P, fp32 checkpoint replay of one layer (design §4 P): replays `counts[b]` ring records
 //! of each live slot into its checkpoint, in place: the primitive behind fold, flush and export.
 //! Also the replay F's reference and staging share.
 //!
@@ -9,6 +9,7 @@ use crate::backend::Backend;
 use crate::checks::{check_kernel_head_dim, check_slots};
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::kernels::params::{ring_read, Base};
 use crate::memory::{Device, DeviceSlice, Host, Memory, SliceRef, Stream};
 use crate::reference;
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
@@ -193,48 +194,28 @@ fn replay_kernel<M: Memory>(
     counts: &M::Slice<'_, i32>,
 ) -> Result<()> {
     let s = ring.shape;
-    let d = s.dims;
-    let r = ring_ptrs(exec, ring)?;
-    let mut params = ffi::rssm_replay_params {
+    let base = Base {
         state: exec.store_mut("pool", pool.storage_mut())?,
-        ring_v: r.0,
-        ring_k: r.1,
-        ring_g: r.2,
-        ring_beta: r.3,
         slots: exec.slice("slots", slots)?,
-        counts: exec.slice("counts", counts)?,
-        error_word: exec.word,
-        batch: slots.len() as i32,
-        num_slots: s.slots as i32,
-        num_layers: s.layers as i32,
-        layer: layer as i32,
-        window: s.window as i32,
-        H: d.h as i32,
-        HV: d.hv as i32,
-        K: d.k as i32,
-        V: d.v as i32,
-        dtype: s.dtype.to_ffi(),
-        variant: s.variant.to_ffi(),
-        qk_l2norm: ring.l2norm as i32,
-        ..Default::default()
+        batch: slots.len(),
+        num_slots: s.slots,
+        num_layers: s.layers,
+        layer,
+        dims: s.dims,
+        dtype: s.dtype,
+        variant: s.variant,
+        qk_l2norm: ring.l2norm,
     };
-    crate::tuning::apply_replay(&mut params);
+    let mut params = ffi::rssm_replay_params {
+        base: base.to_ffi(exec),
+        ring: ring_read(exec, ring)?,
+        counts: exec.slice("counts", counts)?,
+    };
+    crate::tuning::apply(crate::tuning::Kernel::P, &mut params.base, params.ring.window);
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::replay(&params, exec.backend)?;
     let st = launch!(exec, rssm_replay, rssm_emu_replay, &params);
     check_status("replay", exec.backend, st)
-}
-
-type RingPtrs = (*const std::ffi::c_void, *const std::ffi::c_void, *const f32, *const f32);
-
-/// A ring's pointers for reading (F and P): raw v, raw k, g, beta.
-pub(crate) fn ring_ptrs<M: Memory>(exec: &Exec, ring: &SpecRing<M>) -> Result<RingPtrs> {
-    Ok((
-        exec.act("ring.v", &ring.v)?,
-        exec.act("ring.k", &ring.k)?,
-        exec.store("ring.g", &ring.g)?,
-        exec.store("ring.beta", &ring.beta)?,
-    ))
 }
 
 /// The Reference replay of one layer (and its track snapshots): kernel R's reference update

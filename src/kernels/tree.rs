@@ -1,4 +1,4 @@
-//! Tree verify (SPEC §4 V, last paragraph): ReplaySSM for draft trees (EAGLE top-k > 1, NGRAM).
+//! Tree verify (design §4 VT): ReplaySSM for draft trees (EAGLE top-k > 1, NGRAM).
 //!
 //! Kernel **VT** is kernel V given a parent per draft position: the strictly-lower window mask
 //! becomes the strict-ancestor mask and the decays sum along each node's root path, so every

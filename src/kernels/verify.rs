@@ -1,6 +1,6 @@
-//! Kernel V, chunked linear-chain verify with the spec-ring write (SPEC §4 V): every draft
+//! Kernel V, chunked linear-chain verify with the spec-ring write (design §4 V): every draft
 //! position's output from the checkpoint (never written) under the strictly-lower causal window
-//! mask, and the window's raw records, after the checks of SPEC §5 S1. Its tree mode VT:
+//! mask, and the window's raw records, after the checks of design §5 S1. Its tree mode VT:
 //! [`crate::kernels::tree`]. Host memory: [`verify`]; device memory, on the caller's stream:
 //! [`Stream::verify`].
 //!
@@ -12,13 +12,14 @@ use crate::backend::Backend;
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::kernels::params::{ring_write, Base};
 use crate::limits::MAX_VERIFY_WINDOW;
 use crate::memory::{ActLayout, Device, DeviceActViewMut, Memory, Stream};
 use crate::reference;
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::{check_ring_matches, check_spec_pool, SpecRing};
-use crate::tokens::{check_token_slots, output_ptr, token_ptrs, validate_tokens, RecurrentInputs};
+use crate::tokens::{check_token_slots, token_params, validate_tokens, RecurrentInputs};
 
 /// What a verify produced, as validation derived it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,7 +72,7 @@ pub fn validate_verify<M: Memory>(
             return Err(Error::InvalidValue {
                 what: "ring window",
                 why: format!(
-                    "W = {} is smaller than the largest draft window T = {max_seqlen} (SPEC §5 S1: W >= T)",
+                    "W = {} is smaller than the largest draft window T = {max_seqlen} (design §5 S1: W >= T)",
                     r.shape.window
                 ),
             });
@@ -139,8 +140,8 @@ pub(crate) fn verify_kernel<M: Memory>(
 ) -> Result<()> {
     // The token pointers are checked (and named in errors) before the pool's.
     let mut params = verify_params(exec, inp, parent.as_ref(), std::ptr::null(), pool, layer, plan, o, ring)?;
-    params.state = exec.store("pool", pool.storage())?;
-    crate::tuning::apply_verify(&mut params);
+    params.base.state = exec.store("pool", pool.storage())?.cast_mut();
+    crate::tuning::apply(crate::tuning::Kernel::V, &mut params.base, params.max_seqlen);
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::verify(&params, exec.backend)?;
     let st = launch!(exec, rssm_verify, rssm_emu_verify, &params);
@@ -161,70 +162,31 @@ pub(crate) fn verify_params<M: Memory>(
     o: &mut M::ViewMut<'_>,
     ring: Option<&mut SpecRing<M>>,
 ) -> Result<ffi::rssm_verify_params> {
-    let d = inp.dims;
     let s = pool.shape();
-    let window = ring.as_ref().map_or(1, |r| r.shape.window);
-    let t = token_ptrs(exec, inp)?;
-    let (ring_v, ring_k, ring_g, ring_beta) = match ring {
-        Some(r) => (
-            exec.act_mut("ring.v", &mut r.v)?,
-            exec.act_mut("ring.k", &mut r.k)?,
-            exec.store_mut("ring.g", &mut r.g)?,
-            exec.store_mut("ring.beta", &mut r.beta)?,
-        ),
-        None => (
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        ),
+    let tokens = token_params(exec, inp, o)?;
+    let base = Base {
+        state: state.cast_mut(),
+        slots: exec.slice("slots", &inp.slots)?,
+        batch: plan.batch,
+        num_slots: s.slots,
+        num_layers: s.layers,
+        layer,
+        dims: inp.dims,
+        dtype: inp.q.dtype(),
+        variant: inp.variant,
+        qk_l2norm: inp.qk_l2norm,
     };
-    let (o_ptr, o_stride) = output_ptr(exec, o)?;
     Ok(ffi::rssm_verify_params {
-        q: t.q.cast(),
-        k: t.k.cast(),
-        v: t.v.cast(),
-        a: t.a.cast(),
-        b: t.b.cast(),
-        A_log: t.a_log,
-        dt_bias: t.dt_bias,
-        g: t.g,
-        beta: t.beta,
-        cu_seqlens: t.cu_seqlens,
+        base: base.to_ffi(exec),
+        tokens,
+        cu_seqlens: exec.slice("cu_seqlens", &inp.cu_seqlens)?,
         parent: match parent {
             Some(p) => exec.slice("parent", p)?,
             None => std::ptr::null(),
         },
-        slots: t.slots,
-        state,
-        o: o_ptr.cast(),
-        ring_v,
-        ring_k,
-        ring_g,
-        ring_beta,
-        error_word: exec.word,
-        q_stride: t.q_stride,
-        k_stride: t.k_stride,
-        v_stride: t.v_stride,
-        a_stride: t.a_stride,
-        b_stride: t.b_stride,
-        o_stride,
+        ring: ring_write(exec, ring)?,
         num_tokens: plan.num_tokens as i32,
-        batch: plan.batch as i32,
         max_seqlen: plan.max_seqlen as i32,
-        num_slots: s.slots as i32,
-        num_layers: s.layers as i32,
-        layer: layer as i32,
-        window: window as i32,
-        H: d.h as i32,
-        HV: d.hv as i32,
-        K: d.k as i32,
-        V: d.v as i32,
-        scale: inp.scale,
-        dtype: inp.q.dtype().to_ffi(),
-        variant: inp.variant.to_ffi(),
-        qk_l2norm: inp.qk_l2norm as i32,
-        ..Default::default()
     })
 }
 

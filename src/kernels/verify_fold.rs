@@ -342,7 +342,7 @@ pub(crate) fn verify_fold_kernel<M: Memory>(
         o,
         Some(&mut dring.ring),
     )?;
-    verify.state = exec.store_mut("pool", pool.storage_mut())?;
+    verify.base.state = exec.store_mut("pool", pool.storage_mut())?;
     let pending = exec.store("pending table", &dring.pending)?;
     let (track_slots, track_steps) = match &track {
         Some(t) => (

@@ -93,27 +93,40 @@ pub(crate) fn on_host(backend: Backend, kernel: &'static str, launch: impl FnOnc
     check_error_word(kernel, word)
 }
 
-/// Turns a launcher's status into a typed error with the backend's own message.
+/// Turns a launcher's status into a typed error with the backend's own message: the one status
+/// mapping of the Rust wrappers and the C ABI (which reports it through `From<Error>`).
 pub(crate) fn check_status(kernel: &'static str, backend: Backend, raw: ffi::rssm_status) -> Result<()> {
     Status::check(raw).map_err(|status| {
-        let message = match backend {
+        let (message, cuda_error) = match (status, backend) {
             // SAFETY: NUL-terminated thread-local string owned by the emulator.
-            Backend::Emulated => unsafe { std::ffi::CStr::from_ptr(ffi::rssm_emu_last_error()) }
-                .to_string_lossy()
-                .into_owned(),
+            (Status::Emulator, _) => (
+                unsafe { std::ffi::CStr::from_ptr(ffi::rssm_emu_last_error()) }
+                    .to_string_lossy()
+                    .into_owned(),
+                0,
+            ),
             #[cfg(replayssm_cuda)]
-            // SAFETY: plain call into the CUDA runtime.
-            Backend::Cuda => crate::runtime::cuda::error_string(unsafe { ffi::rssm_cuda_last_error() }),
-            _ => String::new(),
+            (Status::LaunchFailed, Backend::Cuda) => {
+                // SAFETY: plain call into the CUDA runtime.
+                let code = unsafe { ffi::rssm_cuda_last_error() };
+                (
+                    format!("CUDA error {code} ({})", crate::runtime::cuda::error_string(code)),
+                    code,
+                )
+            }
+            (Status::Unsupported, _) => ("configuration not compiled in".to_string(), 0),
+            _ => (
+                format!(
+                    "rejected by rssm_{kernel}_can_implement (the kernel layer's copy of the host checks' verdict)"
+                ),
+                0,
+            ),
         };
         Error::Kernel {
             kernel,
             status,
-            message: if message.is_empty() {
-                format!("rejected by rssm_{kernel}_can_implement")
-            } else {
-                message
-            },
+            message,
+            cuda_error,
         }
     })
 }

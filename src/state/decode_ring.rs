@@ -1,8 +1,8 @@
-//! The buffered-decode ring of a pool (SPEC §4 D, `--enable-linear-replayssm`) and its cursor
+//! The buffered-decode ring of a pool (design §4 D, `--enable-linear-replayssm`) and its cursor
 //! protocol: [`DecodeRing::begin_step`] snapshots each row's cursor, kernel D
 //! ([`crate::kernels::decode`]) runs once per layer, [`DecodeRing::finish_step`] advances the
 //! cursors (outside any captured graph). A ring attaches only to a pool resolved with buffered
-//! decode on a local pool (SPEC §5 P1), so no code path can produce a ring on a disaggregated
+//! decode on a local pool (design §5 P1), so no code path can produce a ring on a disaggregated
 //! pool.
 
 use crate::checks::check_slots;
@@ -109,7 +109,7 @@ fn ring_buffer<T: crate::dtype::Pod + std::fmt::Debug + Send + Sync, S: Storage<
     })
 }
 
-/// The gates of a decode ring (SPEC §5 P1); returns the cache length `L`.
+/// The gates of a decode ring (design §5 P1); returns the cache length `L`.
 fn attach_gates<M: Memory>(pool: &CheckpointPool<M>) -> Result<usize> {
     if pool.role() != PoolRole::Local {
         return Err(GateError::RingOnDisaggregatedPool {
@@ -133,7 +133,7 @@ fn attach_gates<M: Memory>(pool: &CheckpointPool<M>) -> Result<usize> {
 static NEXT_RING_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<M: Memory> DecodeRing<M> {
-    /// Attaches a buffered-decode ring to `pool`, in the pool's memory. Refused (SPEC §5 P1)
+    /// Attaches a buffered-decode ring to `pool`, in the pool's memory. Refused (design §5 P1)
     /// when the pool is a disaggregated prefill or decode pool, or was not resolved with
     /// buffered decode.
     pub fn attach(pool: &CheckpointPool<M>) -> Result<Self> {

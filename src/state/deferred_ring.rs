@@ -31,7 +31,7 @@ pub struct DeferredRing<M: Memory = Host> {
     pool: u64,
 }
 
-/// The pool must have been resolved with the deferred fold (SPEC §5 P1, D1).
+/// The pool must have been resolved with the deferred fold (design §5 P1, D1).
 fn check_deferred_pool<M: Memory>(pool: &CheckpointPool<M>) -> Result<()> {
     let cfg = pool.config();
     match (cfg.mode, cfg.deferred_fold) {

@@ -1,6 +1,6 @@
-//! The checkpoint pool (SPEC §2): `[NL, NS, HV, V, K]` f32, K contiguous. A pool is built only
+//! The checkpoint pool (design §2): `[NL, NS, HV, V, K]` f32, K contiguous. A pool is built only
 //! from a [`ResolvedConfig`], so it knows the mode and the role (local, PD prefill, PD decode)
-//! it serves; rings attach to a pool and refuse what the configuration cannot serve (SPEC §5 P1).
+//! it serves; rings attach to a pool and refuse what the configuration cannot serve (design §5 P1).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -1,4 +1,4 @@
-//! The spec ring (SPEC §2): per layer and slot, the raw inputs of the last verify window.
+//! The spec ring (design §2): per layer and slot, the raw inputs of the last verify window.
 
 use crate::config::{GateError, Mode};
 use crate::dtype::DType;
@@ -84,7 +84,7 @@ pub struct SpecRing<M: Memory = Host> {
     pub g: M::Vec<f32>,
     /// `[NL, NS, HV, W]`.
     pub beta: M::Vec<f32>,
-    /// Whether the layer normalises keys (SPEC §3 step 3): a replay must do as the verify did.
+    /// Whether the layer normalises keys (design §3 step 3): a replay must do as the verify did.
     pub l2norm: bool,
 }
 
@@ -103,7 +103,7 @@ impl Clone for SpecRing<Host> {
 
 impl<M: Memory> SpecRing<M> {
     /// The spec ring of `pool`, in the pool's memory, with window `W` and act dtype `dtype`:
-    /// refused (SPEC §5 P1) unless the pool was resolved with `--enable-linear-replayssm-spec`.
+    /// refused (design §5 P1) unless the pool was resolved with `--enable-linear-replayssm-spec`.
     pub fn for_pool(pool: &CheckpointPool<M>, window: usize, dtype: DType, l2norm: bool) -> Result<Self> {
         check_spec_pool(pool)?;
         let p = pool.shape();
@@ -246,7 +246,7 @@ impl SpecRing<Device> {
     }
 }
 
-/// The pool must serve the spec ring (SPEC §5 P1).
+/// The pool must serve the spec ring (design §5 P1).
 pub(crate) fn check_spec_pool<M: Memory>(pool: &CheckpointPool<M>) -> Result<()> {
     match pool.mode() {
         Mode::Spec => Ok(()),

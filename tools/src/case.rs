@@ -1,4 +1,4 @@
-//! Case files (`replayssm-case/1`, SPEC §7): one safetensors file per case with inputs and the
+//! Case files (`replayssm-case/1`, design §7): one safetensors file per case with inputs and the
 //! expected outputs, run on any backend and judged by the §6 rule with the file's tolerances.
 
 use std::borrow::Cow;
@@ -13,10 +13,10 @@ use crate::workload::{GateData, RecurrentData};
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
 use replayssm::dtype::{bytes_of, ActBuffer, DType};
+use replayssm::kernels::recurrent::RecurrentOutputs;
 use replayssm::numerics::{compare, Comparison, Tolerance};
 use replayssm::pool::CheckpointPool;
 use replayssm::problem::{HeadDims, Variant};
-use replayssm::recurrent::RecurrentOutputs;
 use replayssm::ring::SpecRing;
 use replayssm::spec::MAX_VERIFY_WINDOW;
 use replayssm::tree::{AcceptedPaths, DraftTree};
@@ -61,7 +61,7 @@ pub fn escape_untrusted(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Operations a case can describe (SPEC §7); this build runs them all. `make-case --op` takes
+/// Operations a case can describe (design §7); this build runs them all. `make-case --op` takes
 /// their names (clap's `ValueEnum`).
 ///
 /// `verify_fold_steps` is the deferred fold over S steps: step s runs kernel VF on its window
@@ -541,11 +541,11 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
     })?;
     let cache_len = if op == Op::Decode {
         let l: usize = meta_parse(path, &m, "cache_len")?;
-        if l == 0 || l > replayssm::decode::MAX_CACHE_LEN {
+        if l == 0 || l > replayssm::limits::MAX_CACHE_LEN {
             return Err(CaseError::Metadata {
                 path: path.to_path_buf(),
                 key: "cache_len",
-                msg: format!("{l} is outside 1..={}", replayssm::decode::MAX_CACHE_LEN),
+                msg: format!("{l} is outside 1..={}", replayssm::limits::MAX_CACHE_LEN),
             });
         }
         Some(l)
@@ -839,7 +839,7 @@ pub fn decode_ring_len(cache_len: usize, steps: usize) -> usize {
 }
 
 /// Bytes of the one-layer decode ring of `slots` slots with `len` records each (f32 `d`, `k`,
-/// `g`; see [`replayssm::decode::DecodeRing`]).
+/// `g`; see [`replayssm::state::decode_ring::DecodeRing`]).
 pub fn decode_ring_bytes(dims: HeadDims, variant: Variant, slots: usize, len: usize) -> u64 {
     let per_record = (dims.hv as u64)
         .saturating_mul(dims.v as u64)
@@ -1002,7 +1002,7 @@ pub enum CaseKind<'a> {
     Fold {
         accept: &'a [i32],
     },
-    /// Buffered decode with cache length L (1..=[`replayssm::decode::MAX_CACHE_LEN`]).
+    /// Buffered decode with cache length L (1..=[`replayssm::limits::MAX_CACHE_LEN`]).
     Decode {
         cache_len: usize,
     },
@@ -1068,10 +1068,10 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
                 }
             }
         }
-        CaseKind::Decode { cache_len } if !(1..=replayssm::decode::MAX_CACHE_LEN).contains(&cache_len) => {
+        CaseKind::Decode { cache_len } if !(1..=replayssm::limits::MAX_CACHE_LEN).contains(&cache_len) => {
             return Err(invalid(format!(
                 "cache_len {cache_len} outside 1..={}",
-                replayssm::decode::MAX_CACHE_LEN
+                replayssm::limits::MAX_CACHE_LEN
             )))
         }
         CaseKind::VerifyTree { tree } | CaseKind::FoldTree { tree, .. } => {

@@ -13,10 +13,10 @@ use crate::workload::{RecurrentData, WorkloadSpec};
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
 use replayssm::dtype::{ActBuffer, DType};
+use replayssm::kernels::recurrent::RecurrentOutputs;
 use replayssm::numerics::{compare, Tolerance};
 use replayssm::pool::CheckpointPool;
 use replayssm::problem::{HeadDims, Variant};
-use replayssm::recurrent::RecurrentOutputs;
 use replayssm::reference;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::DeferredRing;
@@ -358,7 +358,7 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         "    speculative scratch: ReplaySSM ring {} B (NL x NS x W x E), deferred ring {} B (NL x NS x 2W x E + NS x (2+W) x 4), baseline snapshots {} B (NL x B x T x HV x V x K x 4)",
         scratch_rs, scratch_vf, scratch_base
     )?;
-    outln!("[3] modelled bytes per step and layer (SPEC §8 floors; divide by ~4.3 TB/s on an H200):")?;
+    outln!("[3] modelled bytes per step and layer (design §8 floors; divide by ~4.3 TB/s on an H200):")?;
     for (name, d, b) in modelled_shapes(dims, batch) {
         let avg_n = (accepted_total as f64 / (steps * batch).max(1) as f64).round() as usize;
         let sb = step_bytes(&d, dtype, b, t, b * avg_n);

@@ -1,4 +1,4 @@
-//! The bytes floor of every kernel (SPEC §8): the bytes a kernel must move at least, per model
+//! The bytes floor of every kernel (design §8): the bytes a kernel must move at least, per model
 //! shape, batch `B` and window `T` (cache length `L` for D). Every kernel here is memory-bound, so
 //! a measured time is reported as percent of `floor bytes / copy bandwidth`; the bandwidth is the
 //! device-to-device copy rate measured in the same run (about 4.3 TB/s on an H200).
@@ -7,12 +7,12 @@
 use replayssm::dtype::DType;
 use replayssm::problem::{HeadDims, Variant};
 
-/// Bytes of one ring record per slot and position (SPEC §8): `E = HV·V·2 + H·K·2 + HV·8`.
+/// Bytes of one ring record per slot and position (design §8): `E = HV·V·2 + H·K·2 + HV·8`.
 pub fn ring_record_bytes(d: &HeadDims, act: DType) -> usize {
     d.hv * d.v * act.size() + d.h * d.k * act.size() + d.hv * 8
 }
 
-/// SPEC §8 bandwidth floors of one layer and one step, in bytes.
+/// design §8 bandwidth floors of one layer and one step, in bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct StepBytes {
     /// ReplaySSM verify: checkpoint read + ring write + inputs + outputs.
@@ -39,7 +39,7 @@ pub fn step_bytes(d: &HeadDims, act: DType, batch: usize, t: usize, accepted: us
     }
 }
 
-/// Bytes of one buffered-decode record (SPEC §4 D, f32 ring): `u [HV, V]`, `k̂ [H, K]`, `g`.
+/// Bytes of one buffered-decode record (design §4 D, f32 ring): `u [HV, V]`, `k̂ [H, K]`, `g`.
 pub fn decode_record_bytes(d: &HeadDims, variant: Variant) -> usize {
     (d.hv * d.v + d.h * d.k + d.hv * d.gate_width(variant)) * 4
 }
@@ -83,7 +83,7 @@ const fn dims(h: usize, hv: usize, k: usize, v: usize) -> HeadDims {
     HeadDims { h, hv, k, v }
 }
 
-/// The shapes of the performance targets (issue 6).
+/// The shapes of the performance targets.
 pub const MODEL_SHAPES: [ModelShape; 4] = [
     ModelShape {
         name: "Qwen3-Next",
@@ -240,7 +240,7 @@ mod tests {
         assert_eq!(get("step-VF"), 36.0 * get("VF"));
         assert_eq!(get("step-V+F"), 36.0 * get("V") + get("F"));
         assert_eq!(get("step-R"), 36.0 * get("R-window") + get("copy"));
-        // SPEC §8 anchor: verify moves about 0.22x the bytes of a T=4 snapshot verify.
+        // design §8 anchor: verify moves about 0.22x the bytes of a T=4 snapshot verify.
         let ratio = get("V") / get("R-window");
         assert!((0.20..0.23).contains(&ratio), "{ratio}");
     }

@@ -7,6 +7,9 @@
 //! (a workload through kernel D step by step), [`floor`] (bytes floors of every kernel),
 //! [`occupancy`] (the compiled kernels' resources), [`demo`], [`output`] (the CLI's stdout and
 //! stderr: writes that fail cleanly), [`ranges`] (the CLI's numeric flags: ranges and parser).
+//!
+//! No module imports in a cycle: `tests/layout.rs` checks this crate's module graph as it does
+//! the library's.
 
 pub mod bench;
 pub mod case;

@@ -85,7 +85,7 @@ enum Command {
         #[arg(long, default_value = "emulated")]
         backend: Backend,
     },
-    /// The bytes floor of every kernel (SPEC §8) for the model shapes of the performance targets,
+    /// The bytes floor of every kernel (design §8) for the model shapes of the performance targets,
     /// B in {1..512}, T (L for D) in {2, 4, 6, 8}: bytes and the time they take at `--bandwidth`.
     Floor {
         /// Copy bandwidth in TB/s to express floors as time, 0.01..=100 TB/s (measure it on the
@@ -105,7 +105,7 @@ enum Command {
     /// baseline. Table on stdout, progress on stderr, `--json` results file, `--plot` PNG.
     /// Without a GPU (`--backend emulated`) every case runs once, checked, untimed.
     Bench(replayssm_tools::bench::cli::BenchArgs),
-    /// Check engine flags against the capability gates (SPEC §5): exit 0 and print the resolved
+    /// Check engine flags against the capability gates (design §5): exit 0 and print the resolved
     /// configuration when accepted (warnings on stderr), exit 2 with the reason when refused.
     Validate {
         /// The engine's server flags, as SGLang spells them (e.g. --enable-linear-replayssm-spec
@@ -567,11 +567,11 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
             a.dims
         ));
     }
-    if op == case::Op::Decode && !(1..=replayssm::decode::MAX_CACHE_LEN).contains(&a.cache_len) {
+    if op == case::Op::Decode && !(1..=replayssm::limits::MAX_CACHE_LEN).contains(&a.cache_len) {
         return Err(format!(
             "--cache-len {} is outside 1..={}",
             a.cache_len,
-            replayssm::decode::MAX_CACHE_LEN
+            replayssm::limits::MAX_CACHE_LEN
         ));
     }
     let accept: Vec<i32> = if a.accept.is_empty() {

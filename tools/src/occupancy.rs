@@ -1,4 +1,4 @@
-//! Theoretical occupancy of every compiled kernel (issue 6's static checks): ptxas's registers
+//! Theoretical occupancy of every compiled kernel (the static checks): ptxas's registers
 //! and static shared memory, the launch layer's block size and dynamic shared memory, and the
 //! per-SM limits of the target, as the CUDA occupancy calculator combines them. No device needed.
 

@@ -3,9 +3,9 @@
 
 use replayssm::checks::check_slots;
 use replayssm::config::{resolve, EngineFlags};
-use replayssm::decode::{DecodeRing, ForceFlush};
 use replayssm::dtype::ActBuffer;
 use replayssm::error::{Error, Result};
+use replayssm::state::decode_ring::{DecodeRing, ForceFlush};
 use replayssm::tokens::validate_tokens;
 use replayssm::{Backend, CheckpointPool};
 

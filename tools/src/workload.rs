@@ -4,11 +4,12 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use replayssm::decode::DecodeInputs;
 use replayssm::dtype::{ActBuffer, DType};
+use replayssm::kernels::decode::DecodeInputs;
+use replayssm::kernels::recurrent::default_scale;
 use replayssm::problem::{HeadDims, Variant};
-use replayssm::recurrent::{default_scale, RecurrentInputs};
 use replayssm::tokens::Gate;
+use replayssm::tokens::RecurrentInputs;
 use replayssm::tree::DraftTree;
 
 /// Owned gate inputs.

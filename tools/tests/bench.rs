@@ -33,6 +33,37 @@ fn every_kernel_runs_through_the_harness_on_the_emulator() {
 }
 
 #[test]
+fn the_tree_kernels_run_through_the_harness_on_the_emulator() {
+    let o = BenchOptions {
+        backend: Backend::Emulated,
+        shapes: vec![TINY_SHAPE, TINY_KDA_SHAPE],
+        batches: vec![1, 3],
+        windows: vec![5],
+        kernels: Kernel::TREE.to_vec(),
+        ..BenchOptions::default()
+    };
+    let rep = run(&o, &mut |_, total, r| {
+        assert_eq!(total, 2 * 2 * 2);
+        assert_eq!(r.outcome, Outcome::Ran, "{:?}", r.case);
+        assert!(r.floor_bytes.is_finite() && r.floor_bytes > 0.0, "{:?}", r.case);
+    })
+    .unwrap();
+    for k in Kernel::TREE {
+        assert!(rep.results.iter().any(|r| r.case.kernel == k), "{k} missing");
+        // A prepared case launches again (the timed path's rotation) and stays clean.
+        let case = replayssm_tools::bench::Case {
+            kernel: k,
+            shape: TINY_KDA_SHAPE,
+            batch: 2,
+            t: 4,
+            dtype: replayssm::DType::F16,
+        };
+        let p = PreparedCase::new(&o, &case).unwrap_or_else(|e| panic!("{k}: {e:?}"));
+        p.run_once().unwrap_or_else(|e| panic!("{k}: {e}"));
+    }
+}
+
+#[test]
 fn a_case_over_the_emulated_limit_is_skipped_with_its_size() {
     let o = BenchOptions {
         backend: Backend::Emulated,

@@ -597,7 +597,7 @@ fn inconsistency(file: &[u8], case: &Case) -> Option<String> {
             (case.op == Op::Decode)
                 == case
                     .cache_len
-                    .is_some_and(|l| (1..=replayssm::decode::MAX_CACHE_LEN).contains(&l)),
+                    .is_some_and(|l| (1..=replayssm::limits::MAX_CACHE_LEN).contains(&l)),
         ),
         (
             "accept",

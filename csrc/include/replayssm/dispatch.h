@@ -9,8 +9,10 @@
 namespace rssm {
 
 // Calls `launch.template operator()<EPL, Act, KDA>()` (a functor, C++17) for the instantiation
-// matching the params. K must be one of the supported head dims (checked before).
-template <class Launch> int dispatch(int32_t K, int32_t dtype, int32_t variant, const Launch &launch) {
+// matching the params base's (K, dtype, variant). K must be one of the supported head dims
+// (checked before).
+template <class Launch> int dispatch(const rssm_base_params &base, const Launch &launch) {
+  const int32_t K = base.K, dtype = base.dtype, variant = base.variant;
   auto by_variant = [&](auto epl, auto act) -> int {
     using Act = decltype(act);
     constexpr int EPL = decltype(epl)::value;

@@ -17,7 +17,8 @@
 extern "C" {
 #endif
 
-#define RSSM_ABI_VERSION 3 /* the kernel layer's params (2: impl and block_rows; 3: VF and defer) */
+#define RSSM_ABI_VERSION 4 /* the kernel layer's params (2: impl and block_rows; 3: VF and defer;
+                            * 4: one params base, composed by every kernel over the pool) */
 
 typedef enum rssm_status {
   RSSM_OK = 0,
@@ -97,51 +98,81 @@ typedef enum rssm_impl {
  * (tree verify), so a tree is at most this deep. */
 #define RSSM_MAX_VERIFY_WINDOW 16
 
-/* Kernel R: recurrent baseline (SPEC §3, §4 R). Request r owns tokens
- * cu_seqlens[r]..cu_seqlens[r+1] (at most max_seqlen of them) and the checkpoint
- * state[slots[r]] ([HV, V, K], K contiguous); slot -1 = null (zero outputs, nothing else).
- * Gate: either raw (a, b, A_log, dt_bias; g and beta NULL) or precomputed (g, beta). */
-typedef struct rssm_recurrent_params {
-  const void *q;          /* [num_tokens, H, K] act, token stride q_stride */
-  const void *k;          /* [num_tokens, H, K] act, token stride k_stride */
-  const void *v;          /* [num_tokens, HV, V] act, token stride v_stride */
+/* The params base (flash-attention's Qkv_params): the fields every kernel over the checkpoint
+ * pool takes, once. Kernels compose it with the parts they need: the token inputs (R, V, D),
+ * the spec ring (V, F, P), then their own fields; VF composes V's whole params. */
+
+/* The checkpoint pool, the launch's rows and heads, and the implementation choice.
+ * The pool is [num_layers, num_slots, HV, V, K] f32 (kernel R: [num_slots, HV, V, K]): each
+ * slot's [HV, V, K] is contiguous, K innermost; slot s of layer l starts at
+ * l * state_layer_stride + s * state_slot_stride elements (0 = packed: HV*V*K, and num_slots
+ * slot pitches). Strided pools (an engine's page-major "envelope", where one slot holds every
+ * layer) set both. Row b addresses the checkpoint of slots[b]; -1 = null row. */
+typedef struct rssm_base_params {
+  float *state;          /* the pool; V reads it only (VF folds into it) */
+  const int32_t *slots;  /* [batch], device; -1 = null */
+  uint32_t *error_word;  /* device u32 OR-ed with RSSM_DEVERR_* bits, or NULL */
+  int64_t state_slot_stride, state_layer_stride; /* elements; 0 = packed */
+  int32_t batch, num_slots;
+  int32_t num_layers, layer; /* the pool's layers and the one a launch works on (R: 1, 0; F: every layer) */
+  int32_t H, HV, K, V;   /* key heads, value heads, key and value head dims */
+  int32_t dtype;         /* rssm_dtype of the activations (token inputs, outputs, spec ring) */
+  int32_t variant;       /* rssm_variant */
+  int32_t qk_l2norm;     /* 1: keys (and queries) normalised in-kernel (division form, eps 1e-6 inside) */
+  int32_t impl;          /* rssm_impl; RSSM_IMPL_DEFAULT for R, materialise and the bookkeeping kernels */
+  int32_t block_rows;    /* V STAGED: state rows per block, a multiple of 16, or 0 = all V rows of
+                          * the head in one block; 0 everywhere else */
+  int32_t reserved;      /* keeps the size a multiple of 8 */
+} rssm_base_params;
+
+/* Token inputs and outputs of R, V and D. Gate: raw (a, b, A_log, dt_bias; g and beta NULL) or
+ * precomputed (g, beta). Strides count elements per token (D: per row). */
+typedef struct rssm_token_params {
+  const void *q;          /* [num_tokens, H, K] act */
+  const void *k;          /* [num_tokens, H, K] act */
+  const void *v;          /* [num_tokens, HV, V] act */
   const void *a;          /* raw gate: [num_tokens, HV] (KDA: [num_tokens, HV, K]) act, or NULL */
   const void *b;          /* raw gate: [num_tokens, HV] act, or NULL */
   const float *A_log;     /* raw gate: [HV] */
   const float *dt_bias;   /* raw gate: [HV] (KDA: [HV, K]) */
   const float *g;         /* precomputed: [num_tokens, HV] (KDA: [num_tokens, HV, K]), or NULL */
   const float *beta;      /* precomputed: [num_tokens, HV], or NULL */
-  const int32_t *cu_seqlens; /* [batch + 1], device */
-  const int32_t *slots;   /* [batch], device; -1 = null */
-  float *state;           /* pool [num_slots, HV, V, K] f32 */
-  float *snapshots;       /* [batch, max_seqlen, HV, V, K] f32 (state after each token), or NULL */
-  void *o;                /* [num_tokens, HV, V] act, token stride o_stride */
-  uint32_t *error_word;   /* device u32 OR-ed with RSSM_DEVERR_* bits, or NULL */
-  int64_t q_stride, k_stride, v_stride, a_stride, b_stride, o_stride; /* elements per token */
-  int32_t num_tokens, batch, max_seqlen, num_slots;
-  int32_t H, HV, K, V;
+  void *o;                /* [num_tokens, HV, V] act */
+  int64_t q_stride, k_stride, v_stride, a_stride, b_stride, o_stride;
   float scale;            /* applied to q after normalisation (usually K^-0.5) */
-  int32_t dtype;          /* rssm_dtype of q, k, v, a, b, o */
-  int32_t variant;        /* rssm_variant */
-  int32_t qk_l2norm;      /* 1: normalise q and k in-kernel (division form, eps 1e-6 inside) */
-  int32_t write_state;    /* 1: store the final state back into state[slot] */
-  int32_t reserved;       /* keeps the struct size a multiple of 8 */
-  int64_t state_slot_stride; /* elements from one slot's checkpoint to the next; 0 = HV*V*K (packed) */
+  int32_t reserved;
+} rssm_token_params;
+
+/* Spec ring of num_layers x num_slots (design §2): the raw inputs of the last verify window,
+ * always packed:
+ *   v    [NL, NS, HV, W, V] act   (raw v)
+ *   k    [NL, NS, H,  W, K] act   (raw k, before L2 norm; once per key head)
+ *   g    [NL, NS, HV, W] f32      (KDA: [NL, NS, HV, W, K]; log decay as the gate computed it)
+ *   beta [NL, NS, HV, W] f32
+ * V writes it (all four pointers set, or all NULL: no ring write); F and P read it. */
+typedef struct rssm_ring_params {
+  void *v, *k;
+  float *g, *beta;
+  int32_t window;         /* W, records per slot and layer */
+  int32_t reserved;
+} rssm_ring_params;
+
+/* Kernel R: recurrent baseline (design §3, §4 R). Request r owns tokens
+ * cu_seqlens[r]..cu_seqlens[r+1] (at most max_seqlen of them) and the checkpoint
+ * state[slots[r]]; slot -1 = null (zero outputs, nothing else). */
+typedef struct rssm_recurrent_params {
+  rssm_base_params base;      /* num_layers 1, layer 0 */
+  rssm_token_params tokens;
+  const int32_t *cu_seqlens;  /* [batch + 1], device */
+  float *snapshots;           /* [batch, max_seqlen, HV, V, K] f32 (state after each token), or NULL */
+  int32_t num_tokens, max_seqlen;
+  int32_t write_state;        /* 1: store the final state back into state[slot] */
+  int32_t reserved;
 } rssm_recurrent_params;
 
-/* Spec ring of NL layers x NS slots (SPEC §2), raw inputs of the last verify window:
- *   ring_v    [NL, NS, HV, W, V] act   (raw v)
- *   ring_k    [NL, NS, H,  W, K] act   (raw k, before L2 norm; once per key head)
- *   ring_g    [NL, NS, HV, W] f32      (KDA: [NL, NS, HV, W, K]; log decay as the gate computed it)
- *   ring_beta [NL, NS, HV, W] f32
- * The checkpoint pool is [NL, NS, HV, V, K] f32 in every spec kernel: each slot's [HV, V, K] is
- * contiguous; slot s of layer l starts at l * state_layer_stride + s * state_slot_stride elements
- * (0 = packed: HV*V*K and NS times the slot stride). Strided pools (an engine's page-major
- * "envelope", where one slot holds every layer) set both; the rings are always packed. */
-
-/* Kernel V: chunked verify of layer `layer` (SPEC §4 V). Reads the checkpoint of each request's
- * slot (never writes it), writes every window position's output and, when the ring pointers are
- * set, the raw inputs of positions s < W of live slots. Window = request.
+/* Kernel V: chunked verify of layer `base.layer` (design §4 V). Reads the checkpoint of each
+ * request's slot (never writes it), writes every window position's output and, when the ring
+ * pointers are set, the raw inputs of positions s < W of live slots. Window = request.
  * Linear chain (parent == NULL): strictly-lower causal mask, position i's parent is i-1.
  * Tree verify "VT" (parent != NULL): parent[t] is the window position of token t's parent within
  * its request (-1 = child of the checkpoint); parents precede children, so parent[t] lies in
@@ -150,32 +181,15 @@ typedef struct rssm_recurrent_params {
  * node's output equals kernel R's output along its root path. A chain given as parents produces
  * the same bits as parent == NULL. */
 typedef struct rssm_verify_params {
-  const void *q, *k, *v, *a, *b; /* as rssm_recurrent_params */
-  const float *A_log, *dt_bias, *g, *beta;
+  rssm_base_params base;     /* impl DEFAULT or STAGED (with block_rows) */
+  rssm_token_params tokens;
+  rssm_ring_params ring;     /* window = W, ring positions per slot (1 without a ring) */
   const int32_t *cu_seqlens; /* [batch + 1]; each window at most RSSM_MAX_VERIFY_WINDOW */
   const int32_t *parent;     /* [num_tokens] i32 (tree verify), or NULL (linear chain) */
-  const int32_t *slots;      /* [batch]; -1 = null (zero outputs, no ring writes) */
-  const float *state;        /* pool [num_layers, num_slots, HV, V, K], read only */
-  void *o;                   /* [num_tokens, HV, V] act, token stride o_stride */
-  void *ring_v;              /* ring pointers: all four set, or all NULL (no ring write) */
-  void *ring_k;
-  float *ring_g;
-  float *ring_beta;
-  uint32_t *error_word;
-  int64_t q_stride, k_stride, v_stride, a_stride, b_stride, o_stride;
-  int32_t num_tokens, batch, max_seqlen, num_slots;
-  int32_t num_layers, layer, window; /* window = W, ring positions per slot */
-  int32_t H, HV, K, V;
-  float scale;
-  int32_t dtype, variant, qk_l2norm;
-  int32_t impl;       /* rssm_impl: DEFAULT or STAGED */
-  int32_t block_rows; /* STAGED: state rows per block, a multiple of 16, or 0 = all V rows of
-                       * the head in one block; DEFAULT: 0 */
-  int32_t reserved;
-  int64_t state_slot_stride, state_layer_stride; /* elements; 0 = packed (see the pool above) */
+  int32_t num_tokens, max_seqlen;
 } rssm_verify_params;
 
-/* Kernel F: fold-every-commit over all layers (SPEC §4 F). For live request b, replays ring
+/* Kernel F: fold-every-commit over all layers (design §4 F). For live request b, replays ring
  * records 0..accept_lens[b]-1 of its slot into the checkpoint of every layer, in place; when
  * track_slots[b] >= 0 the state after step track_steps[b] is also stored in that slot.
  * Path fold "FT" (tree commit): accept_paths instead of accept_lens (exactly one of the two is
@@ -185,42 +199,25 @@ typedef struct rssm_verify_params {
  * increasing (else RSSM_DEVERR_BAD_TREE, request skipped); the device cannot check that they
  * follow the tree's parent links: the safe wrappers do. */
 typedef struct rssm_fold_params {
-  float *state;               /* pool [num_layers, num_slots, HV, V, K] */
-  const void *ring_v, *ring_k;
-  const float *ring_g, *ring_beta;
-  const int32_t *slots;       /* [batch]; -1 = null */
-  const int32_t *accept_lens; /* [batch], 0..window, includes the bonus token; 0 = no-op; or NULL with accept_paths */
-  const int32_t *track_slots; /* [batch] or NULL; -1 = none */
-  const int32_t *track_steps; /* [batch] or NULL; -1 = none */
+  rssm_base_params base;       /* layer 0 (every layer is folded); impl DEFAULT or PREFETCH */
+  rssm_ring_params ring;
+  const int32_t *accept_lens;  /* [batch], 0..window, includes the bonus token; 0 = no-op; or NULL with accept_paths */
+  const int32_t *track_slots;  /* [batch] or NULL; -1 = none */
+  const int32_t *track_steps;  /* [batch] or NULL; -1 = none */
   const int32_t *accept_paths; /* [batch, path_width] (path fold), or NULL */
-  uint32_t *error_word;
-  int32_t batch, num_slots, num_layers, window;
-  int32_t H, HV, K, V;
-  int32_t dtype, variant, qk_l2norm;
   int32_t path_width;          /* columns of accept_paths, 1..window; 0 when accept_paths is NULL */
-  int32_t impl;                /* rssm_impl: DEFAULT or PREFETCH */
-  int32_t block_rows;          /* 0 (every implementation of F uses 16 rows per block) */
-  int64_t state_slot_stride, state_layer_stride; /* elements; 0 = packed */
+  int32_t reserved;
 } rssm_fold_params;
 
 /* Kernel P: fp32 checkpoint replay of one layer: replays ring records 0..counts[b]-1 of slot
  * slots[b] into that slot's checkpoint in place (the primitive of fold, flush, export). */
 typedef struct rssm_replay_params {
-  float *state; /* pool [num_layers, num_slots, HV, V, K] */
-  const void *ring_v, *ring_k;
-  const float *ring_g, *ring_beta;
-  const int32_t *slots;  /* [batch]; -1 = null */
+  rssm_base_params base; /* impl DEFAULT or PREFETCH */
+  rssm_ring_params ring;
   const int32_t *counts; /* [batch], 0..window */
-  uint32_t *error_word;
-  int32_t batch, num_slots, num_layers, layer, window;
-  int32_t H, HV, K, V;
-  int32_t dtype, variant, qk_l2norm;
-  int32_t impl;       /* rssm_impl: DEFAULT or PREFETCH */
-  int32_t block_rows; /* 0 */
-  int64_t state_slot_stride, state_layer_stride; /* elements; 0 = packed */
 } rssm_replay_params;
 
-/* Buffered-decode ring of NL layers x NS slots, cache length L (SPEC §4 D). All f32, so that
+/* Buffered-decode ring of NL layers x NS slots, cache length L (design §4 D). All f32, so that
  * replaying it reproduces kernel R's state bit for bit:
  *   ring_d [NL, NS, HV, L, V]  corrected delta u = beta (v - S k^) of each pending token
  *   ring_k [NL, NS, H,  L, K]  normalised key k^ (written once per key head)
@@ -228,34 +225,23 @@ typedef struct rssm_replay_params {
  * A slot's cursor m in 0..L-1 counts its pending records (shared by all layers); the caller
  * snapshots it per row into `positions` before a step and advances it after the forward. */
 
-/* Kernel D: buffered decode of layer `layer`, one token per request (token b is request b).
+/* Kernel D: buffered decode of layer `base.layer`, one token per request (token b is request b).
  * Computes o_b from the checkpoint and the m = positions[b] pending records without writing
  * the checkpoint; on a flush step (m == L-1, or force_flush[b] != 0) stores S_t into the
  * checkpoint, otherwise appends (u, k^, g) at position m. rssm_decode_materialize takes the
  * same struct and replays positions[b] pending records of every layer into the checkpoint
- * (materialise / export); it reads only state, ring_*, slots, positions and the sizes. */
+ * (materialise / export); it reads only the base, the ring, positions and cache_len. */
 typedef struct rssm_decode_params {
-  const void *q, *k, *v, *a, *b; /* [batch, ..] rows, as rssm_recurrent_params */
-  const float *A_log, *dt_bias, *g, *beta;
-  const int32_t *slots;       /* [batch]; -1 = null (zero outputs, nothing else) */
+  rssm_base_params base;      /* impl: D DEFAULT or PREFETCH; materialise DEFAULT */
+  rssm_token_params tokens;   /* [batch, ..] rows; strides per row */
   const int32_t *positions;   /* [batch] cursor snapshot m, 0..cache_len-1 */
   const int32_t *force_flush; /* [batch] (nonzero = flush this step), or NULL */
-  float *state;               /* pool [num_layers, num_slots, HV, V, K] */
   float *ring_d, *ring_k, *ring_g;
-  void *o;                    /* [batch, HV, V] act, row stride o_stride */
-  uint32_t *error_word;
-  int64_t q_stride, k_stride, v_stride, a_stride, b_stride, o_stride;
-  int32_t batch, num_slots, num_layers, layer, cache_len;
-  int32_t H, HV, K, V;
-  float scale;
-  int32_t dtype, variant, qk_l2norm;
-  int32_t impl;       /* rssm_impl: D DEFAULT or PREFETCH; materialise DEFAULT */
-  int32_t block_rows; /* 0 */
+  int32_t cache_len;
   int32_t reserved;
-  int64_t state_slot_stride, state_layer_stride; /* elements; 0 = packed (as the spec pool) */
 } rssm_decode_params;
 
-/* Cursor kernel of buffered decode: the protocol of SPEC §4 D on device-resident cursors, so a
+/* Cursor kernel of buffered decode: the protocol of design §4 cursors on device-resident cursors, so a
  * captured CUDA graph needs no host round trip. cursors[NS] holds each slot's pending-record count
  * m (0..cache_len-1, shared by all layers). One launch applies `op` to every row b:
  *   SNAPSHOT  positions[b] = cursors[slots[b]] (0 for null rows); before the step's first layer.
@@ -289,16 +275,16 @@ typedef struct rssm_cursor_params {
  * is shared by all layers and written only by rssm_defer between steps, so a captured CUDA graph
  * replays the step with no host round trip. */
 
-/* Kernel VF of layer `layer`: for each live request, replays its slot's n pending records (half
+/* Kernel VF of layer `verify.base.layer`: for each live request, replays its slot's n pending records (half
  * h) into the checkpoint (the same update path as F: bit-identical), stores it, stores the state
  * after path step track_steps[b] into track_slots[b] when set (as F), then verifies the new
  * window from the state in registers (as V / VT, parent as in V) and writes its raw records into
- * half 1 - h. `verify.window` is 2W and must be even, with max_seqlen <= W. A pending row that
+ * half 1 - h. `verify.ring.window` is 2W and must be even, with max_seqlen <= W. A pending row that
  * cannot be trusted (n outside 0..W, h not 0/1: RSSM_DEVERR_BAD_LENGTH; a position outside half h
  * or not increasing: RSSM_DEVERR_BAD_TREE) skips the request: nothing written, outputs zero. */
 typedef struct rssm_verify_fold_params {
-  rssm_verify_params verify;  /* the verify of the new window; ring pointers required; state is
-                               * written (the fold) although the verify's field is const */
+  rssm_verify_params verify;  /* the verify of the new window; ring pointers required; its
+                               * base's state is written (the fold) */
   const int32_t *pending;     /* [num_slots, 2 + W] the pending table */
   const int32_t *track_slots; /* [batch] or NULL; -1 = none */
   const int32_t *track_steps; /* [batch] or NULL; a step of the pending path */
@@ -352,15 +338,18 @@ rssm_status rssm_defer(const rssm_defer_params *params, void *stream);
 rssm_status rssm_emu_defer(const rssm_defer_params *params, void *stream);
 
 /* Static validation shared by both backends (CUTLASS's can_implement): RSSM_OK when a launch
- * with these params is well-formed for the compiled kernels. Checks host-visible fields only. */
-rssm_status rssm_recurrent_can_implement(const rssm_recurrent_params *params);
-rssm_status rssm_verify_can_implement(const rssm_verify_params *params);
-rssm_status rssm_fold_can_implement(const rssm_fold_params *params);
-rssm_status rssm_replay_can_implement(const rssm_replay_params *params);
-rssm_status rssm_decode_can_implement(const rssm_decode_params *params);
-rssm_status rssm_cursors_can_implement(const rssm_cursor_params *params);
-rssm_status rssm_verify_fold_can_implement(const rssm_verify_fold_params *params);
-rssm_status rssm_defer_can_implement(const rssm_defer_params *params);
+ * with these params is well-formed for the compiled kernels. Reads the struct only (no array).
+ * Defined once, in the Rust library (src/checks/can_implement.rs, running src/checks/params.rs):
+ * the rules the C ABI reports with messages. vector_aligned != 0: 16-byte aligned bases needed. */
+rssm_status rssm_recurrent_can_implement(const rssm_recurrent_params *params, int32_t vector_aligned);
+rssm_status rssm_verify_can_implement(const rssm_verify_params *params, int32_t vector_aligned);
+rssm_status rssm_fold_can_implement(const rssm_fold_params *params, int32_t vector_aligned);
+rssm_status rssm_replay_can_implement(const rssm_replay_params *params, int32_t vector_aligned);
+rssm_status rssm_decode_can_implement(const rssm_decode_params *params, int32_t vector_aligned);
+rssm_status rssm_materialize_can_implement(const rssm_decode_params *params, int32_t vector_aligned);
+rssm_status rssm_cursors_can_implement(const rssm_cursor_params *params, int32_t vector_aligned);
+rssm_status rssm_verify_fold_can_implement(const rssm_verify_fold_params *params, int32_t vector_aligned);
+rssm_status rssm_defer_can_implement(const rssm_defer_params *params, int32_t vector_aligned);
 
 /* Dynamic shared memory of one V launch with windows of up to max_seqlen tokens: what the
  * launcher requests (for occupancy reports; the launch computes the same). */

@@ -10,8 +10,8 @@ use replayssm::backend::Backend;
 use replayssm::capi::{self, replayssm_status};
 use replayssm::dtype::DType;
 
-/// What is timed. `R-*` and `copy` are the recurrent baseline's kernels; `V`, `F`, `P`, `D-*`
-/// ReplaySSM's.
+/// What is timed. `R-*` and `copy` are the recurrent baseline's kernels; `V`, `VF`, `F`, `P`,
+/// `D-*`, and the tree forms `VT` and `FT`, ReplaySSM's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kernel {
     /// Kernel R, one decode token per request, writing the state.
@@ -31,6 +31,12 @@ pub enum Kernel {
     DNonflush,
     /// Kernel D at a flush step (m = L-1), one layer.
     DFlush,
+    /// Kernel VT, tree verify of T draft nodes per request ([`draft_tree`]) with the ring write;
+    /// one layer.
+    VT,
+    /// Kernel FT, the path fold: each request's deepest root path of [`draft_tree`] replayed
+    /// into the checkpoint over all layers.
+    FT,
     /// The recurrent commit: the accepted snapshot copied into the checkpoint, all layers, one
     /// strided device-to-device copy (the cheapest form it can take).
     Copy,
@@ -49,6 +55,15 @@ impl Kernel {
         Kernel::Copy,
     ];
 
+    /// The tree forms, run on request (`--kernels VT,FT`): not in the default grid, whose
+    /// floors and targets are the chain kernels'.
+    pub const TREE: [Kernel; 2] = [Kernel::VT, Kernel::FT];
+
+    /// Every kernel a case can run: [`Kernel::ALL`] and [`Kernel::TREE`].
+    pub fn every() -> impl Iterator<Item = Kernel> {
+        Kernel::ALL.into_iter().chain(Kernel::TREE)
+    }
+
     /// The name the floor model and the results use.
     pub fn name(self) -> &'static str {
         match self {
@@ -60,6 +75,8 @@ impl Kernel {
             Kernel::P => "P",
             Kernel::DNonflush => "D-nonflush",
             Kernel::DFlush => "D-flush",
+            Kernel::VT => "VT",
+            Kernel::FT => "FT",
             Kernel::Copy => "copy",
         }
     }
@@ -73,11 +90,10 @@ impl Kernel {
 impl std::str::FromStr for Kernel {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Kernel::ALL
-            .into_iter()
+        Kernel::every()
             .find(|k| k.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                let names: Vec<_> = Kernel::ALL.iter().map(|k| k.name()).collect();
+                let names: Vec<_> = Kernel::every().map(|k| k.name()).collect();
                 format!("unknown kernel '{s}' (one of {})", names.join(", "))
             })
     }
@@ -113,6 +129,8 @@ pub(crate) fn plan(case: &Case, backend: Backend) -> (Plan, Buf, LaunchBuilder) 
         Kernel::P => replay(&mut p, case, backend, ew),
         Kernel::DNonflush => decode(&mut p, case, backend, ew, false),
         Kernel::DFlush => decode(&mut p, case, backend, ew, true),
+        Kernel::VT => verify_tree(&mut p, case, backend, ew),
+        Kernel::FT => fold_tree(&mut p, case, backend, ew),
         Kernel::Copy => copy(&mut p, case, backend),
     };
     (p, ew, launch)
@@ -175,28 +193,28 @@ macro_rules! set_tokens {
     ($prm:expr, $m:expr, $t:expr, $set:expr, $c:expr) => {{
         let (prm, m, t, set, c) = ($prm, $m, $t, $set, $c);
         let d = c.shape.dims;
-        prm.q = m.void(t.q, set);
-        prm.k = m.void(t.k, set);
-        prm.v = m.void(t.v, set);
-        prm.a = m.void(t.a, set);
-        prm.b = m.void(t.b, set);
-        prm.A_log = m.ptr(t.a_log, set);
-        prm.dt_bias = m.ptr(t.dt_bias, set);
-        prm.o = m.void(t.o, set);
-        prm.q_stride = (d.h * d.k) as i64;
-        prm.k_stride = (d.h * d.k) as i64;
-        prm.v_stride = (d.hv * d.v) as i64;
-        prm.a_stride = (d.hv * d.gate_width(c.shape.variant)) as i64;
-        prm.b_stride = d.hv as i64;
-        prm.o_stride = (d.hv * d.v) as i64;
-        prm.H = d.h as i32;
-        prm.HV = d.hv as i32;
-        prm.K = d.k as i32;
-        prm.V = d.v as i32;
-        prm.scale = 1.0 / (d.k as f32).sqrt();
-        prm.dtype = c.dtype.to_ffi();
-        prm.variant = c.shape.variant.to_ffi();
-        prm.qk_l2norm = 1;
+        prm.tokens.q = m.void(t.q, set);
+        prm.tokens.k = m.void(t.k, set);
+        prm.tokens.v = m.void(t.v, set);
+        prm.tokens.a = m.void(t.a, set);
+        prm.tokens.b = m.void(t.b, set);
+        prm.tokens.A_log = m.ptr(t.a_log, set);
+        prm.tokens.dt_bias = m.ptr(t.dt_bias, set);
+        prm.tokens.o = m.void(t.o, set);
+        prm.tokens.q_stride = (d.h * d.k) as i64;
+        prm.tokens.k_stride = (d.h * d.k) as i64;
+        prm.tokens.v_stride = (d.hv * d.v) as i64;
+        prm.tokens.a_stride = (d.hv * d.gate_width(c.shape.variant)) as i64;
+        prm.tokens.b_stride = d.hv as i64;
+        prm.tokens.o_stride = (d.hv * d.v) as i64;
+        prm.base.H = d.h as i32;
+        prm.base.HV = d.hv as i32;
+        prm.base.K = d.k as i32;
+        prm.base.V = d.v as i32;
+        prm.tokens.scale = 1.0 / (d.k as f32).sqrt();
+        prm.base.dtype = c.dtype.to_ffi();
+        prm.base.variant = c.shape.variant.to_ffi();
+        prm.base.qk_l2norm = 1;
     }};
 }
 
@@ -262,14 +280,15 @@ fn recurrent(p: &mut Plan, c: &Case, backend: Backend, ew: Buf, window: bool) ->
         let mut prm = capi::replayssm_recurrent_params::default();
         set_tokens!(&mut prm, m, tok, set, &c);
         prm.cu_seqlens = m.ptr(cu, 0);
-        prm.slots = m.ptr(slots, 0);
-        prm.state = m.ptr(st, set);
+        prm.base.slots = m.ptr(slots, 0);
+        prm.base.state = m.ptr(st, set);
         prm.snapshots = snaps.map_or(std::ptr::null_mut(), |s| m.ptr(s, set));
-        prm.error_word = m.ptr(ew, 0);
+        prm.base.error_word = m.ptr(ew, 0);
         prm.num_tokens = (b * t) as i32;
-        prm.batch = b as i32;
+        prm.base.batch = b as i32;
         prm.max_seqlen = t as i32;
-        prm.num_slots = b as i32;
+        prm.base.num_slots = b as i32;
+        prm.base.num_layers = 1;
         // The decode writes the state; the recurrent verify writes snapshots only (the accepted
         // one is copied afterwards: kernel `copy`).
         prm.write_state = (!window) as i32;
@@ -278,27 +297,27 @@ fn recurrent(p: &mut Plan, c: &Case, backend: Backend, ew: Buf, window: bool) ->
     })
 }
 
-/// Sets the fields V and VF share (their params have the same names): one layer, B slots, every
-/// row a full window of T tokens; the caller sets `window` (and VF's pending table).
+/// Sets a verify's params (V, VT, and the verify VF holds): one layer, B slots, every row a full
+/// window of T tokens; the caller sets the ring's `window` (and VT's parents, VF's pending table).
 macro_rules! set_verify {
     ($prm:expr, $m:expr, $set:expr, $c:expr, $tok:expr, $st:expr, $ring:expr, $cu:expr, $slots:expr, $ew:expr) => {{
         let (prm, m, set, c) = ($prm, $m, $set, $c);
         let (b, t) = (c.batch, c.t);
         set_tokens!(&mut *prm, m, $tok, set, c);
         prm.cu_seqlens = m.ptr($cu, 0);
-        prm.slots = m.ptr($slots, 0);
-        prm.state = m.ptr($st, set);
-        prm.ring_v = m.void($ring.v, set);
-        prm.ring_k = m.void($ring.k, set);
-        prm.ring_g = m.ptr($ring.g, set);
-        prm.ring_beta = m.ptr($ring.beta, set);
-        prm.error_word = m.ptr($ew, 0);
+        prm.base.slots = m.ptr($slots, 0);
+        prm.base.state = m.ptr($st, set);
+        prm.ring.v = m.void($ring.v, set);
+        prm.ring.k = m.void($ring.k, set);
+        prm.ring.g = m.ptr($ring.g, set);
+        prm.ring.beta = m.ptr($ring.beta, set);
+        prm.base.error_word = m.ptr($ew, 0);
         prm.num_tokens = (b * t) as i32;
-        prm.batch = b as i32;
+        prm.base.batch = b as i32;
         prm.max_seqlen = t as i32;
-        prm.num_slots = b as i32;
-        prm.num_layers = 1;
-        prm.layer = 0;
+        prm.base.num_slots = b as i32;
+        prm.base.num_layers = 1;
+        prm.base.layer = 0;
     }};
 }
 
@@ -314,7 +333,7 @@ fn verify(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
     Box::new(move |m, set, stream| {
         let mut prm = capi::replayssm_verify_params::default();
         set_verify!(&mut prm, m, set, &c, tok, st, ring, cu, slots, ew);
-        prm.window = t as i32;
+        prm.ring.window = t as i32;
         // SAFETY: as in `recurrent`.
         status("verify", unsafe { capi::replayssm_verify(be, &prm, stream) })
     })
@@ -336,12 +355,59 @@ fn verify_fold(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuild
     let c = *c;
     let be = backend_code(backend);
     Box::new(move |m, set, stream| {
-        let mut prm = capi::replayssm_verify_fold_params::default();
-        set_verify!(&mut prm, m, set, &c, tok, st, ring, cu, slots, ew);
+        let mut prm = capi::replayssm_verify_fold_params {
+            verify: capi::replayssm_verify_params::default(),
+            ..Default::default()
+        };
+        set_verify!(&mut prm.verify, m, set, &c, tok, st, ring, cu, slots, ew);
         prm.pending = m.ptr(pending, 0);
-        prm.window = (2 * t) as i32;
+        prm.verify.ring.window = (2 * t) as i32;
         // SAFETY: as in `recurrent`.
         status("verify_fold", unsafe { capi::replayssm_verify_fold(be, &prm, stream) })
+    })
+}
+
+/// The draft tree of the tree cases: per request a binary tree of `t` nodes in window positions
+/// (`parent[i] = (i - 1) / 2`, node 0 a child of the checkpoint), the shape of an EAGLE top-2
+/// tree.
+pub fn draft_tree(t: usize) -> Vec<i32> {
+    (0..t as i32).map(|i| if i == 0 { -1 } else { (i - 1) / 2 }).collect()
+}
+
+/// The accepted path of the tree cases: the root path of the last node of [`draft_tree`], its
+/// deepest (`floor(log2 t) + 1` positions, root first).
+pub fn deepest_path(t: usize) -> Vec<i32> {
+    let parent = draft_tree(t);
+    let mut path = vec![t as i32 - 1];
+    while let Some(&p) = path.last().map(|&n| &parent[n as usize]) {
+        if p < 0 {
+            break;
+        }
+        path.push(p);
+    }
+    path.reverse();
+    path
+}
+
+/// VT at V's floor case: every row a full tree of T nodes ([`draft_tree`]), T records written to
+/// the ring; the same bytes as V plus the parent table.
+fn verify_tree(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
+    let (b, t) = (c.batch, c.t);
+    let tok = tokens(p, c, b * t);
+    let st = state(p, c, 1, b);
+    let ring = written_ring(p, c, b, t);
+    let cu = p.ints("cu_seqlens", (0..=b).map(|r| (r * t) as i32).collect());
+    let slots = p.ints("slots", seq(b));
+    let parent = p.ints("parent", draft_tree(t).repeat(b));
+    let c = *c;
+    let be = backend_code(backend);
+    Box::new(move |m, set, stream| {
+        let mut prm = capi::replayssm_verify_params::default();
+        set_verify!(&mut prm, m, set, &c, tok, st, ring, cu, slots, ew);
+        prm.parent = m.ptr(parent, 0);
+        prm.ring.window = t as i32;
+        // SAFETY: as in `recurrent`.
+        status("verify", unsafe { capi::replayssm_verify(be, &prm, stream) })
     })
 }
 
@@ -349,17 +415,17 @@ macro_rules! set_ring_problem {
     ($prm:expr, $m:expr, $ring:expr, $set:expr, $c:expr) => {{
         let (prm, m, ring, set, c) = ($prm, $m, $ring, $set, $c);
         let d = c.shape.dims;
-        prm.ring_v = m.void(ring.v, set);
-        prm.ring_k = m.void(ring.k, set);
-        prm.ring_g = m.ptr(ring.g, set);
-        prm.ring_beta = m.ptr(ring.beta, set);
-        prm.H = d.h as i32;
-        prm.HV = d.hv as i32;
-        prm.K = d.k as i32;
-        prm.V = d.v as i32;
-        prm.dtype = c.dtype.to_ffi();
-        prm.variant = c.shape.variant.to_ffi();
-        prm.qk_l2norm = 1;
+        prm.ring.v = m.void(ring.v, set);
+        prm.ring.k = m.void(ring.k, set);
+        prm.ring.g = m.ptr(ring.g, set);
+        prm.ring.beta = m.ptr(ring.beta, set);
+        prm.base.H = d.h as i32;
+        prm.base.HV = d.hv as i32;
+        prm.base.K = d.k as i32;
+        prm.base.V = d.v as i32;
+        prm.base.dtype = c.dtype.to_ffi();
+        prm.base.variant = c.shape.variant.to_ffi();
+        prm.base.qk_l2norm = 1;
     }};
 }
 
@@ -375,14 +441,44 @@ fn fold(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
     Box::new(move |m, set, stream| {
         let mut prm = capi::replayssm_fold_params::default();
         set_ring_problem!(&mut prm, m, ring, set, &c);
-        prm.state = m.ptr(st, set);
-        prm.slots = m.ptr(slots, 0);
+        prm.base.state = m.ptr(st, set);
+        prm.base.slots = m.ptr(slots, 0);
         prm.accept_lens = m.ptr(accept, 0);
-        prm.error_word = m.ptr(ew, 0);
-        prm.batch = b as i32;
-        prm.num_slots = b as i32;
-        prm.num_layers = nl as i32;
-        prm.window = t as i32;
+        prm.base.error_word = m.ptr(ew, 0);
+        prm.base.batch = b as i32;
+        prm.base.num_slots = b as i32;
+        prm.base.num_layers = nl as i32;
+        prm.ring.window = t as i32;
+        // SAFETY: as in `recurrent`.
+        status("fold", unsafe { capi::replayssm_fold(be, &prm, stream) })
+    })
+}
+
+/// FT over all layers: a ring of T positions per slot holding a verified [`draft_tree`], and
+/// every request's accepted path its deepest ([`deepest_path`]), the path a tree step commits
+/// when every draft on it is accepted.
+fn fold_tree(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
+    let (b, t, nl) = (c.batch, c.t, c.shape.layers);
+    let st = state(p, c, nl, b);
+    let ring = spec_ring(p, c, nl, b, t);
+    let slots = p.ints("slots", seq(b));
+    let path = deepest_path(t);
+    let width = path.len();
+    let paths = p.ints("accept_paths", path.repeat(b));
+    let c = *c;
+    let be = backend_code(backend);
+    Box::new(move |m, set, stream| {
+        let mut prm = capi::replayssm_fold_params::default();
+        set_ring_problem!(&mut prm, m, ring, set, &c);
+        prm.base.state = m.ptr(st, set);
+        prm.base.slots = m.ptr(slots, 0);
+        prm.accept_paths = m.ptr(paths, 0);
+        prm.path_width = width as i32;
+        prm.base.error_word = m.ptr(ew, 0);
+        prm.base.batch = b as i32;
+        prm.base.num_slots = b as i32;
+        prm.base.num_layers = nl as i32;
+        prm.ring.window = t as i32;
         // SAFETY: as in `recurrent`.
         status("fold", unsafe { capi::replayssm_fold(be, &prm, stream) })
     })
@@ -399,15 +495,15 @@ fn replay(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
     Box::new(move |m, set, stream| {
         let mut prm = capi::replayssm_replay_params::default();
         set_ring_problem!(&mut prm, m, ring, set, &c);
-        prm.state = m.ptr(st, set);
-        prm.slots = m.ptr(slots, 0);
+        prm.base.state = m.ptr(st, set);
+        prm.base.slots = m.ptr(slots, 0);
         prm.counts = m.ptr(counts, 0);
-        prm.error_word = m.ptr(ew, 0);
-        prm.batch = b as i32;
-        prm.num_slots = b as i32;
-        prm.num_layers = 1;
-        prm.layer = 0;
-        prm.window = t as i32;
+        prm.base.error_word = m.ptr(ew, 0);
+        prm.base.batch = b as i32;
+        prm.base.num_slots = b as i32;
+        prm.base.num_layers = 1;
+        prm.base.layer = 0;
+        prm.ring.window = t as i32;
         // SAFETY: as in `recurrent`.
         status("replay", unsafe { capi::replayssm_replay(be, &prm, stream) })
     })
@@ -441,17 +537,17 @@ fn decode(p: &mut Plan, c: &Case, backend: Backend, ew: Buf, flush: bool) -> Lau
     Box::new(move |m, set, stream| {
         let mut prm = capi::replayssm_decode_params::default();
         set_tokens!(&mut prm, m, tok, set, &c);
-        prm.slots = m.ptr(slots, 0);
+        prm.base.slots = m.ptr(slots, 0);
         prm.positions = m.ptr(pos, 0);
-        prm.state = m.ptr(st, set);
+        prm.base.state = m.ptr(st, set);
         prm.ring_d = m.ptr(ring_d, set);
         prm.ring_k = m.ptr(ring_k, set);
         prm.ring_g = m.ptr(ring_g, set);
-        prm.error_word = m.ptr(ew, 0);
-        prm.batch = b as i32;
-        prm.num_slots = b as i32;
-        prm.num_layers = 1;
-        prm.layer = 0;
+        prm.base.error_word = m.ptr(ew, 0);
+        prm.base.batch = b as i32;
+        prm.base.num_slots = b as i32;
+        prm.base.num_layers = 1;
+        prm.base.layer = 0;
         prm.cache_len = l as i32;
         // SAFETY: as in `recurrent`.
         status("decode", unsafe { capi::replayssm_decode(be, &prm, stream) })
@@ -537,6 +633,16 @@ pub fn spread_cursor(r: usize, b: usize, l: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_tree_cases_use_a_binary_tree_and_its_deepest_path() {
+        assert_eq!(super::draft_tree(6), [-1, 0, 0, 1, 1, 2]);
+        assert_eq!(super::deepest_path(6), [0, 2, 5]);
+        assert_eq!(super::deepest_path(2), [0, 1]);
+        assert_eq!(super::deepest_path(8), [0, 1, 3, 7]);
+        assert_eq!("ft".parse::<super::Kernel>(), Ok(super::Kernel::FT));
+        assert!(!super::Kernel::ALL.contains(&super::Kernel::VT));
+    }
+
     #[test]
     fn a_serving_batch_spreads_its_cursors_over_the_cycle() {
         // B = 1 sits at the middle of 0..=L-2, not at 0 (where it reads no record).

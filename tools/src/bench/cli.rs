@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::{run, shape_by_name, BenchOptions, CaseResult, GraphMode, Kernel, Outcome, TimingOptions};
+use super::{run, shape_by_name, utc_now, BenchOptions, CaseResult, GraphMode, Kernel, Outcome, TimingOptions};
 use crate::floor::{BATCHES, WINDOWS};
 use crate::output;
 use crate::ranges;
@@ -28,7 +28,7 @@ pub struct BenchArgs {
     /// Windows T, and cache lengths L for D, each 2..=16 (default 2,4,6,8).
     #[arg(long, value_delimiter = ',', value_parser = ranges::WINDOW)]
     pub windows: Vec<usize>,
-    /// Kernels: R-decode, R-window, V, F, P, D-nonflush, D-flush, copy (default: all).
+    /// Kernels: R-decode, R-window, V, VF, F, P, D-nonflush, D-flush, VT, FT, copy (default: all).
     #[arg(long, value_delimiter = ',')]
     pub kernels: Vec<Kernel>,
     /// The short grid for a lent device's time: B in {1, 64, 128}, T = 4, every shape and kernel
@@ -124,14 +124,6 @@ fn case_line(r: &CaseResult) -> String {
         Outcome::Failed(why) => format!("FAILED: {why}"),
     };
     format!("{what}: {how}")
-}
-
-/// Today's UTC date (`YYYY-MM-DD`) and time (`YYYY-MM-DDTHH:MM:SSZ`) from the system clock.
-pub fn utc_now() -> (String, String) {
-    let now = time::OffsetDateTime::now_utc();
-    let date = format!("{:04}-{:02}-{:02}", now.year(), u8::from(now.month()), now.day());
-    let time = format!("{date}T{:02}:{:02}:{:02}Z", now.hour(), now.minute(), now.second());
-    (date, time)
 }
 
 fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
@@ -348,18 +340,4 @@ fn tune_main(o: &super::BenchOptions, out: &Path) -> output::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_now_is_a_date_and_a_time() {
-        let (date, time) = super::utc_now();
-        assert_eq!(date.len(), 10);
-        assert!(
-            time.starts_with(&date) && time.ends_with('Z') && time.len() == 20,
-            "{time}"
-        );
-        assert!(date.as_str() >= "2026-01-01", "{date}: the clock or the format is off");
-    }
 }

@@ -1,4 +1,4 @@
-//! The performance harness behind `replayssm bench` and `tools/benches/kernels.rs` (issue 6).
+//! The performance harness behind `replayssm bench` and `tools/benches/kernels.rs`.
 //!
 //! Each case (kernel, model shape, batch B, window T) gets random inputs, replicated into enough
 //! input sets that their total is several times the L2 (consecutive launches rotate through
@@ -89,7 +89,7 @@ pub struct BenchOptions {
 }
 
 impl Default for BenchOptions {
-    /// The whole grid of issue 6 on the best backend present.
+    /// The whole performance grid on the best backend present.
     fn default() -> Self {
         BenchOptions {
             backend: Backend::best(),
@@ -191,7 +191,7 @@ pub enum Outcome {
 #[derive(Clone, Debug)]
 pub struct CaseResult {
     pub case: Case,
-    /// The case's bytes floor (SPEC §8).
+    /// The case's bytes floor (design §8).
     pub floor_bytes: f64,
     pub outcome: Outcome,
 }
@@ -218,9 +218,15 @@ impl CaseResult {
     }
 }
 
-/// The floor bytes of a measured kernel.
+/// The floor bytes of a measured kernel. The tree forms move their chain form's bytes: VT V's
+/// at T nodes (plus a parent index per node), FT F's at its accepted path's length.
 pub fn floor_bytes(c: &Case) -> f64 {
-    floor_of(&c.shape, c.dtype, c.batch, c.t, c.kernel.name())
+    let (shape, dtype, b) = (&c.shape, c.dtype, c.batch);
+    match c.kernel {
+        Kernel::VT => floor_of(shape, dtype, b, c.t, "V"),
+        Kernel::FT => floor_of(shape, dtype, b, cases::deepest_path(c.t).len(), "F"),
+        k => floor_of(shape, dtype, b, c.t, k.name()),
+    }
 }
 
 /// The floor of `kernel` (a [`crate::floor::KernelFloor`] name) at (B, T).
@@ -230,6 +236,15 @@ pub fn floor_of(shape: &ModelShape, dtype: DType, batch: usize, t: usize, kernel
         .into_iter()
         .find(|f| f.kernel == kernel)
         .map_or(f64::NAN, |f| f.bytes)
+}
+
+/// The date and time a run's files carry (the results JSON, the tuning table): today's UTC
+/// date (`YYYY-MM-DD`) and time (`YYYY-MM-DDTHH:MM:SSZ`) from the system clock.
+pub fn utc_now() -> (String, String) {
+    let now = time::OffsetDateTime::now_utc();
+    let date = format!("{:04}-{:02}-{:02}", now.year(), u8::from(now.month()), now.day());
+    let time = format!("{date}T{:02}:{:02}:{:02}Z", now.hour(), now.minute(), now.second());
+    (date, time)
 }
 
 /// Facts about the device a run used.
@@ -503,6 +518,17 @@ pub(crate) fn run_case(o: &BenchOptions, case: &Case, device: Option<&DeviceFact
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_now_is_a_date_and_a_time() {
+        let (date, time) = utc_now();
+        assert_eq!(date.len(), 10);
+        assert!(
+            time.starts_with(&date) && time.ends_with('Z') && time.len() == 20,
+            "{time}"
+        );
+        assert!(date.as_str() >= "2026-01-01", "{date}: the clock or the format is off");
+    }
 
     #[test]
     fn the_grid_runs_unwindowed_kernels_once_per_batch() {

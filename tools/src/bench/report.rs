@@ -230,7 +230,7 @@ impl Report {
         out
     }
 
-    /// Issue 6's targets, each judged on the rows of this run (`None`: no row measured it).
+    /// The performance targets, each judged on the rows of this run (`None`: no row measured it).
     pub fn targets(&self) -> Vec<Target> {
         let rows = self.rows();
         // The worst row of `kernel` among `keep`, by `value`.

@@ -94,7 +94,7 @@ fn table(o: &BenchOptions, device: Option<&DeviceFacts>, results: &[TuneResult])
         device: device.map(|d| d.name.clone()),
         source: String::new(),
         command: Some(std::env::args().collect::<Vec<_>>().join(" ")),
-        date: Some(super::cli::utc_now().0),
+        date: Some(super::utc_now().0),
         entries: vec![],
         checked: vec![],
     };

@@ -1,4 +1,4 @@
-// Buffered-decode cursor protocol on the device (SPEC §4 D): snapshot, advance, reset. The
+// Buffered-decode cursor protocol on the device (design §4 cursors): snapshot, advance, reset. The
 // cursors live in device memory so that a captured CUDA graph replays the whole decode step
 // (snapshot, every layer's D, advance) with no host round trip. One thread per row.
 #pragma once

@@ -1,4 +1,4 @@
-// Kernel D, buffered decode (SPEC §4 D), and its materialise entry. A warp rebuilds its rows of
+// Kernel D, buffered decode (design §4 D), and its materialise entry. A warp rebuilds its rows of
 // S_{t-1} in registers from the checkpoint and the m pending ring records (delta_rule_apply:
 // the same float operations as kernel R), then runs R's update and readout for the new token.
 // Only the registers hold S_{t-1}: the checkpoint is read once and written on flush steps only,
@@ -68,45 +68,45 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int hv = blockIdx.y, b = blockIdx.z;
   const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
-  if (row0 >= p.V) return;  // a whole warp past the last row: no collective needs it
+  if (row0 >= p.base.V) return;  // a whole warp past the last row: no collective needs it
   // The duplicate scan (a live slot shared with another row: both rows are skipped, their state
   // and ring writes would race) comes first, while little else is live: placed after the other
   // checks it made ptxas cap the registers of the KDA instantiations and spill.
-  const int slot = p.slots[b];
-  const bool dup = slot >= 0 && slot < p.num_slots && warp_find_other(p.slots, p.batch, b, slot);
-  const int h = hv / (p.HV / p.H);
+  const int slot = p.base.slots[b];
+  const bool dup = slot >= 0 && slot < p.base.num_slots && warp_find_other(p.base.slots, p.base.batch, b, slot);
+  const int h = hv / (p.base.HV / p.base.H);
   const int kc = lane * EPL;
   const int L = p.cache_len;
   bool row_ok[ROWS];
   RSSM_UNROLL
-  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
-  Act *o = static_cast<Act *>(p.o) + int64_t(b) * p.o_stride + int64_t(hv) * p.V + row0;
+  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.base.V;
+  Act *o = static_cast<Act *>(p.tokens.o) + int64_t(b) * p.tokens.o_stride + int64_t(hv) * p.base.V + row0;
 
   // Device-side indices are checked, not trusted (under graph replay the host never saw them).
   const bool reporter = row0 == 0 && lane == 0;
   bool skip = slot == -1;
-  if (slot < -1 || slot >= p.num_slots) {
-    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+  if (slot < -1 || slot >= p.base.num_slots) {
+    if (reporter) report_device_error(p.base.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
     skip = true;
   }
   if (!skip && dup) {
-    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
+    if (reporter) report_device_error(p.base.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
     skip = true;
   }
   const int m = skip ? 0 : p.positions[b];
   if (!skip && (m < 0 || m >= L)) {
-    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_LENGTH);
+    if (reporter) report_device_error(p.base.error_word, RSSM_DEVERR_BAD_LENGTH);
     skip = true;
   }
   if (skip) {  // null or untrusted row: zero outputs, nothing else
-    if (lane < ROWS && row0 + lane < p.V) o[lane] = from_float<Act>(0.0f);  // (no dynamic index into row_ok: it would live on the stack)
+    if (lane < ROWS && row0 + lane < p.base.V) o[lane] = from_float<Act>(0.0f);  // (no dynamic index into row_ok: it would live on the stack)
     return;
   }
   const bool flush = m == L - 1 || (p.force_flush != nullptr && p.force_flush[b] != 0);
 
-  const DecodeGeometry geo{p.state, p.ring_d, p.ring_k, p.ring_g, p.num_slots, L, p.H, p.HV, K, p.V,
-                           p.state_slot_stride, p.state_layer_stride};
-  float *state = geo.state_rows(p.layer, slot, hv, row0) + kc;
+  const DecodeGeometry geo{p.base.state, p.ring_d, p.ring_k, p.ring_g, p.base.num_slots, L, p.base.H, p.base.HV, K, p.base.V,
+                           p.base.state_slot_stride, p.base.state_layer_stride};
+  float *state = geo.state_rows(p.base.layer, slot, hv, row0) + kc;
   float s[ROWS][EPL];
   load_rows(state, K, row_ok, s);
 
@@ -116,18 +116,18 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   const int64_t tok = b;
   float kh[EPL], qh[EPL], g[KDA ? EPL : 1], beta, vr[ROWS];
   const auto load_token = [&]() {
-    load_key(static_cast<const Act *>(p.k) + tok * p.k_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, kh);
-    load_key(static_cast<const Act *>(p.q) + tok * p.q_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, qh);
+    load_key(static_cast<const Act *>(p.tokens.k) + tok * p.tokens.k_stride + int64_t(h) * K + kc, p.base.qk_l2norm != 0, kh);
+    load_key(static_cast<const Act *>(p.tokens.q) + tok * p.tokens.q_stride + int64_t(h) * K + kc, p.base.qk_l2norm != 0, qh);
     RSSM_UNROLL
-    for (int j = 0; j < EPL; ++j) qh[j] = qh[j] * p.scale;
-    const GateSource gate{p.a, p.b, p.A_log, p.dt_bias, p.g, p.beta, p.a_stride, p.b_stride, p.HV};
+    for (int j = 0; j < EPL; ++j) qh[j] = qh[j] * p.tokens.scale;
+    const GateSource gate{p.tokens.a, p.tokens.b, p.tokens.A_log, p.tokens.dt_bias, p.tokens.g, p.tokens.beta, p.tokens.a_stride, p.tokens.b_stride, p.base.HV};
     token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, beta);
-    const Act *v = static_cast<const Act *>(p.v) + tok * p.v_stride + int64_t(hv) * p.V + row0;
+    const Act *v = static_cast<const Act *>(p.tokens.v) + tok * p.tokens.v_stride + int64_t(hv) * p.base.V + row0;
     RSSM_UNROLL
     for (int r = 0; r < ROWS; ++r) vr[r] = row_ok[r] ? to_float(v[r]) : 0.0f;
   };
   if constexpr (PREFETCH) load_token();
-  replay_pending<EPL, ROWS, KDA>(geo, p.layer, slot, hv, row0, row_ok, m, s);
+  replay_pending<EPL, ROWS, KDA>(geo, p.base.layer, slot, hv, row0, row_ok, m, s);
   if constexpr (!PREFETCH) load_token();
   const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
 
@@ -136,8 +136,8 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   float out[ROWS];
   delta_rule_readout<EPL, ROWS>(s, qh, out);
   RSSM_UNROLL
-  for (int r = 0; r < ROWS; ++r)
-    if (lane == r && row_ok[r]) o[r] = from_float<Act>(out[r]);
+  for (int r = 0; r < ROWS; ++r)  // the bound, not row_ok[r]: folded into row_ok[lane], it put row_ok on the stack
+    if (lane == r && row0 + r < p.base.V) o[r] = from_float<Act>(out[r]);
 
   if (flush) {
     store_rows(state, K, row_ok, s);
@@ -145,13 +145,13 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   }
   // Append record m. u: one row per lane; k^ once per key head (first value head of its group);
   // g once per value head (first row tile).
-  float *d = geo.d_at(p.layer, slot, hv, m) + row0;
+  float *d = geo.d_at(p.base.layer, slot, hv, m) + row0;
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r)
-    if (lane == r && row_ok[r]) d[r] = u[r];
+    if (lane == r && row0 + r < p.base.V) d[r] = u[r];
   if (blockIdx.x == 0 && warp == 0) {
-    if (hv % (p.HV / p.H) == 0) store_f32(geo.k_at(p.layer, slot, h, m) + kc, kh);
-    float *gp = geo.g_at(p.layer, slot, hv, m, KDA);
+    if (hv % (p.base.HV / p.base.H) == 0) store_f32(geo.k_at(p.base.layer, slot, h, m) + kc, kh);
+    float *gp = geo.g_at(p.base.layer, slot, hv, m, KDA);
     if constexpr (KDA) {
       RSSM_UNROLL
       for (int j = 0; j < EPL; ++j) gp[kc + j] = g[j];
@@ -181,33 +181,33 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_materialize_ker
   constexpr int ROWS = RowTiling::kRows;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   // Grid as kernel F's: x = (layer, row tile), y = value head, z = request.
-  const int tiles = (p.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock;
+  const int tiles = (p.base.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock;
   const int tile = int(blockIdx.x % unsigned(tiles)), layer = int(blockIdx.x / unsigned(tiles));
   const int hv = blockIdx.y, b = blockIdx.z;
   const int row0 = (tile * RowTiling::kWarps + warp) * ROWS;
-  if (row0 >= p.V) return;
-  const int slot = p.slots[b];
+  if (row0 >= p.base.V) return;
+  const int slot = p.base.slots[b];
   const bool reporter = row0 == 0 && lane == 0 && hv == 0 && layer == 0;
   if (slot == -1) return;
-  if (slot < -1 || slot >= p.num_slots) {
-    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+  if (slot < -1 || slot >= p.base.num_slots) {
+    if (reporter) report_device_error(p.base.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
     return;
   }
-  if (warp_find_other(p.slots, p.batch, b, slot)) {
-    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
+  if (warp_find_other(p.base.slots, p.base.batch, b, slot)) {
+    if (reporter) report_device_error(p.base.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
     return;
   }
   const int m = p.positions[b];
   if (m < 0 || m >= p.cache_len) {
-    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_LENGTH);
+    if (reporter) report_device_error(p.base.error_word, RSSM_DEVERR_BAD_LENGTH);
     return;
   }
   if (m == 0) return;
   bool row_ok[ROWS];
   RSSM_UNROLL
-  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
-  const DecodeGeometry geo{p.state, p.ring_d, p.ring_k, p.ring_g, p.num_slots, p.cache_len, p.H, p.HV, K, p.V,
-                           p.state_slot_stride, p.state_layer_stride};
+  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.base.V;
+  const DecodeGeometry geo{p.base.state, p.ring_d, p.ring_k, p.ring_g, p.base.num_slots, p.cache_len, p.base.H, p.base.HV, K, p.base.V,
+                           p.base.state_slot_stride, p.base.state_layer_stride};
   float *state = geo.state_rows(layer, slot, hv, row0) + lane * EPL;
   float s[ROWS][EPL];
   load_rows(state, K, row_ok, s);

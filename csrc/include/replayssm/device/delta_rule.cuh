@@ -1,4 +1,4 @@
-// The gated delta rule of SPEC §3, as one warp sees it: the warp owns ROWS value rows of one
+// The gated delta rule of design §3, as one warp sees it: the warp owns ROWS value rows of one
 // head's state, each lane holds EPL consecutive key channels of every row (K = 32 * EPL).
 // Kernels R, P and F all go through these functions; do not write a second copy of the update.
 #pragma once
@@ -7,17 +7,17 @@
 
 namespace rssm {
 
-// SPEC §3 step 1: g = -exp(A_log) * softplus(a + dt_bias), softplus linear above 20.
+// design §3 step 1: g = -exp(A_log) * softplus(a + dt_bias), softplus linear above 20.
 __device__ __forceinline__ float gate_log_decay(float a, float dt_bias, float A_log) {
   const float x = a + dt_bias;
   const float softplus = x <= 20.0f ? log1pf(expf(x)) : x;
   return -expf(A_log) * softplus;
 }
 
-// SPEC §3 step 2.
+// design §3 step 2.
 __device__ __forceinline__ float gate_beta(float b) { return 1.0f / (1.0f + expf(-b)); }
 
-// SPEC §3 step 3, division form with eps inside the root. Whole warp.
+// design §3 step 3, division form with eps inside the root. Whole warp.
 template <int EPL> __device__ __forceinline__ void l2_normalize(float (&x)[EPL]) {
   float ss[1] = {0.0f};
   RSSM_UNROLL
@@ -43,7 +43,7 @@ template <int EPL, bool KDA> __device__ __forceinline__ Decay<EPL, KDA> decay_fr
   return d;
 }
 
-// This lane's EPL key channels of one token, normalised when asked (SPEC §3 step 3). Whole warp.
+// This lane's EPL key channels of one token, normalised when asked (design §3 step 3). Whole warp.
 template <int EPL, class Act>
 __device__ __forceinline__ void load_key(const Act *__restrict__ lane_k, bool l2norm, float (&k)[EPL]) {
   load_act(lane_k, k);
@@ -60,7 +60,7 @@ struct GateSource {
 };
 
 // Log decay g (one value, or this lane's EPL channels for KDA) and beta of token `tok`, value
-// head `hv` (SPEC §3 steps 1-2). These exact values are what the spec ring stores.
+// head `hv` (design §3 steps 1-2). These exact values are what the spec ring stores.
 template <int EPL, class Act, bool KDA>
 __device__ __forceinline__ void token_gate(const GateSource &src, int64_t tok, int hv, int kc,
                                            float (&g)[KDA ? EPL : 1], float &beta) {
@@ -88,7 +88,7 @@ __device__ __forceinline__ void token_gate(const GateSource &src, int64_t tok, i
   }
 }
 
-// SPEC §3 steps 4-7 for ROWS rows: S *= exp(g); u = (v - S k) * beta; S += u k^T. Whole warp.
+// design §3 steps 4-7 for ROWS rows: S *= exp(g); u = (v - S k) * beta; S += u k^T. Whole warp.
 // Every lane gets every row's corrected delta in `u` (kernel D stores it in its ring).
 template <int EPL, int ROWS, bool KDA>
 __device__ __forceinline__ void delta_rule_update(float (&s)[ROWS][EPL], const float (&k)[EPL],
@@ -132,7 +132,7 @@ __device__ __forceinline__ void delta_rule_apply(float (&s)[ROWS][EPL], const fl
   }
 }
 
-// SPEC §3 step 8: o = S q for ROWS rows. Whole warp; every lane gets every row's output.
+// design §3 step 8: o = S q for ROWS rows. Whole warp; every lane gets every row's output.
 template <int EPL, int ROWS>
 __device__ __forceinline__ void delta_rule_readout(const float (&s)[ROWS][EPL], const float (&q)[EPL],
                                                    float (&o)[ROWS]) {

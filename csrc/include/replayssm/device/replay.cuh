@@ -1,4 +1,4 @@
-// Kernel P (fp32 checkpoint replay of one layer), SPEC §4, and the replay F builds on
+// Kernel P (fp32 checkpoint replay of one layer), design §4 P, and the replay F builds on
 // (device/fold.cuh; its path mode FT commits an accepted root-to-node path of a draft tree).
 // Both replay records of a slot's spec ring into its checkpoint through replay_slot(), which runs
 // the very same load_key / decay_from_log / delta_rule_update sequence as kernel R, so the
@@ -22,6 +22,12 @@ struct RingGeometry {
   bool l2norm;
   int64_t state_slot_stride, state_layer_stride;  // elements, 0 = packed (the params' fields)
 };
+
+// The geometry of a replay from the params base and the spec ring (P, F and VF alike).
+__device__ __forceinline__ RingGeometry ring_geometry(const rssm_base_params &b, const rssm_ring_params &r) {
+  return RingGeometry{b.state, r.v,   r.k,   r.g,  r.beta, b.error_word,       b.num_slots,       r.window,
+                      b.H,     b.HV,  b.K,   b.V,  b.qk_l2norm != 0,          b.state_slot_stride, b.state_layer_stride};
+}
 
 // One warp's view of a replay: its rows of the checkpoint (and of a track slot) and the slot's
 // ring records, addressed once for both implementations of the replay. `tile` is the block's
@@ -250,15 +256,13 @@ template <int EPL, class Act, bool KDA, bool PREFETCH>
 __global__ void __launch_bounds__(RowTiling::kThreads, 1) replay_kernel(const rssm_replay_params p) {
   const int warp = threadIdx.x / kWarpSize;
   // (PREFETCH keeps every warp: its records are staged behind a block barrier.)
-  if (!PREFETCH && int((blockIdx.x * RowTiling::kWarps + warp) * RowTiling::kRows) >= p.V) return;
-  const RingGeometry geo{p.state, p.ring_v, p.ring_k, p.ring_g, p.ring_beta, p.error_word,
-                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0,
-                         p.state_slot_stride, p.state_layer_stride};
+  if (!PREFETCH && int((blockIdx.x * RowTiling::kWarps + warp) * RowTiling::kRows) >= p.base.V) return;
+  const RingGeometry geo = ring_geometry(p.base, p.ring);
   const int b = blockIdx.z;
-  const int slot = p.slots[b], n = p.counts[b];
+  const int slot = p.base.slots[b], n = p.counts[b];
   const bool reporter = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
-  if (!replay_indices_ok(geo, p.slots, p.batch, b, slot, n, reporter)) return;
-  replay_rows<EPL, Act, KDA, PREFETCH>(geo, blockIdx.x, p.layer, slot, n, -1, -1, nullptr);
+  if (!replay_indices_ok(geo, p.base.slots, p.base.batch, b, slot, n, reporter)) return;
+  replay_rows<EPL, Act, KDA, PREFETCH>(geo, blockIdx.x, p.base.layer, slot, n, -1, -1, nullptr);
 }
 
 }  // namespace rssm

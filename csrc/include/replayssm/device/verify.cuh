@@ -1,4 +1,4 @@
-// Kernel V: chunked verify from the read-only checkpoint (SPEC §4 V), for a linear draft chain
+// Kernel V: chunked verify from the read-only checkpoint (design §4 V), for a linear draft chain
 // (strictly-lower causal window mask) or, given per-position parents, a draft tree ("VT": the
 // strict-ancestor mask, decays summed along each node's root path).
 //
@@ -44,17 +44,17 @@ struct VerifyRequest {
 // False when the request's window itself cannot be trusted (flagged; the block does nothing).
 // Every lane of every warp calls it (the duplicate scan is a warp collective).
 __device__ __forceinline__ bool verify_request(const rssm_verify_params &p, int req, bool reporter, VerifyRequest &r) {
-  const int bos = p.cu_seqlens[req], eos = p.cu_seqlens[req + 1], slot = p.slots[req];
+  const int bos = p.cu_seqlens[req], eos = p.cu_seqlens[req + 1], slot = p.base.slots[req];
   if (bos < 0 || eos < bos || eos > p.num_tokens || eos - bos > p.max_seqlen || p.max_seqlen > RSSM_MAX_VERIFY_WINDOW ||
-      seqlens_uncovered(p.cu_seqlens, p.batch, p.num_tokens, req)) {
-    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_SEQLENS);
+      seqlens_uncovered(p.cu_seqlens, p.base.batch, p.num_tokens, req)) {
+    if (reporter) report_device_error(p.base.error_word, RSSM_DEVERR_BAD_SEQLENS);
     return false;
   }
-  const bool bad_slot = slot < -1 || slot >= p.num_slots;
-  if (bad_slot && reporter) report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+  const bool bad_slot = slot < -1 || slot >= p.base.num_slots;
+  if (bad_slot && reporter) report_device_error(p.base.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
   // A live slot shared with another request: both are skipped (their ring writes would race).
-  const bool dup = slot >= 0 && !bad_slot && warp_find_other(p.slots, p.batch, req, slot);
-  if (dup && reporter) report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
+  const bool dup = slot >= 0 && !bad_slot && warp_find_other(p.base.slots, p.base.batch, req, slot);
+  if (dup && reporter) report_device_error(p.base.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
   r = VerifyRequest{bos, eos - bos, slot, slot >= 0 && !bad_slot && !dup};
   return true;
 }
@@ -92,7 +92,7 @@ __device__ __forceinline__ bool verify_tree_ok(const rssm_verify_params &p, cons
   if (threadIdx.x == 0) *w.tree_ok = build_tree(p.parent, r.bos, r.len, w.par, w.anc);
   __syncthreads();
   const bool ok = *w.tree_ok != 0;
-  if (!ok && reporter) report_device_error(p.error_word, RSSM_DEVERR_BAD_TREE);
+  if (!ok && reporter) report_device_error(p.base.error_word, RSSM_DEVERR_BAD_TREE);
   return ok;
 }
 
@@ -106,27 +106,27 @@ __device__ __forceinline__ void build_window(const rssm_verify_params &p, const 
   constexpr int K = kWarpSize * EPL;
   constexpr int GW = KDA ? K : 1;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int group = p.HV / p.H, h = hv / group;
+  const int group = p.base.HV / p.base.H, h = hv / group;
   const int kc = lane * EPL;
   const int T = p.max_seqlen;
-  const bool ring = p.ring_v != nullptr;
-  const Act *q = static_cast<const Act *>(p.q);
-  const Act *k = static_cast<const Act *>(p.k);
-  const GateSource gate{p.a, p.b, p.A_log, p.dt_bias, p.g, p.beta, p.a_stride, p.b_stride, p.HV};
+  const bool ring = p.ring.v != nullptr;
+  const Act *q = static_cast<const Act *>(p.tokens.q);
+  const Act *k = static_cast<const Act *>(p.tokens.k);
+  const GateSource gate{p.tokens.a, p.tokens.b, p.tokens.A_log, p.tokens.dt_bias, p.tokens.g, p.tokens.beta, p.tokens.a_stride, p.tokens.b_stride, p.base.HV};
 
   // Phase 1: per position (one warp each, round robin).
   for (int i = warp; i < r.len; i += RowTiling::kWarps) {
     const int64_t tok = r.bos + i;
-    const Act *k_in = k + tok * p.k_stride + int64_t(h) * K + kc;
+    const Act *k_in = k + tok * p.tokens.k_stride + int64_t(h) * K + kc;
     float kv[EPL], qv[EPL];
-    load_key(k_in, p.qk_l2norm != 0, kv);
-    load_key(q + tok * p.q_stride + int64_t(h) * K + kc, p.qk_l2norm != 0, qv);
+    load_key(k_in, p.base.qk_l2norm != 0, kv);
+    load_key(q + tok * p.tokens.q_stride + int64_t(h) * K + kc, p.base.qk_l2norm != 0, qv);
     float g[GW == 1 ? 1 : EPL], b;
     token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, b);
     RSSM_UNROLL
     for (int j = 0; j < EPL; ++j) {
       w.kh[i * K + kc + j] = kv[j];
-      w.qh[i * K + kc + j] = qv[j] * p.scale;
+      w.qh[i * K + kc + j] = qv[j] * p.tokens.scale;
     }
     if constexpr (KDA) {
       RSSM_UNROLL
@@ -136,17 +136,17 @@ __device__ __forceinline__ void build_window(const rssm_verify_params &p, const 
     }
     if (lane == 0) w.beta[i] = b;
     // Raw ring record of position i (k once per key head, gate once per value head).
-    if (ring && ring_base + i < p.window && blockIdx.x == 0) {
-      const int64_t gate_at = (layer_slot * p.HV + hv) * p.window + ring_base + i;
+    if (ring && ring_base + i < p.ring.window && blockIdx.x == 0) {
+      const int64_t gate_at = (layer_slot * p.base.HV + hv) * p.ring.window + ring_base + i;
       if constexpr (KDA) {
         RSSM_UNROLL
-        for (int j = 0; j < EPL; ++j) p.ring_g[gate_at * K + kc + j] = g[j];
+        for (int j = 0; j < EPL; ++j) p.ring.g[gate_at * K + kc + j] = g[j];
       } else if (lane == 0) {
-        p.ring_g[gate_at] = g[0];
+        p.ring.g[gate_at] = g[0];
       }
-      if (lane == 0) p.ring_beta[gate_at] = b;
+      if (lane == 0) p.ring.beta[gate_at] = b;
       if (hv % group == 0) {
-        Act *rk = static_cast<Act *>(p.ring_k) + ((layer_slot * p.H + h) * p.window + ring_base + i) * K + kc;
+        Act *rk = static_cast<Act *>(p.ring.k) + ((layer_slot * p.base.H + h) * p.ring.window + ring_base + i) * K + kc;
         RSSM_UNROLL
         for (int j = 0; j < EPL; ++j) rk[j] = k_in[j];
       }
@@ -193,11 +193,11 @@ __device__ __forceinline__ void build_window(const rssm_verify_params &p, const 
 template <class Act>
 __device__ __forceinline__ void verify_zero_outputs(const rssm_verify_params &p, const VerifyRequest &r, int hv,
                                                     int row_begin, int row_end) {
-  Act *o = static_cast<Act *>(p.o);
+  Act *o = static_cast<Act *>(p.tokens.o);
   const int rows = row_end - row_begin;
   for (int idx = threadIdx.x; idx < r.len * rows; idx += blockDim.x) {
     const int i = idx / rows, row = row_begin + idx % rows;
-    o[int64_t(r.bos + i) * p.o_stride + int64_t(hv) * p.V + row] = from_float<Act>(0.0f);
+    o[int64_t(r.bos + i) * p.tokens.o_stride + int64_t(hv) * p.base.V + row] = from_float<Act>(0.0f);
   }
 }
 
@@ -206,9 +206,9 @@ __device__ __forceinline__ void verify_zero_outputs(const rssm_verify_params &p,
 template <class Act>
 __device__ __forceinline__ void verify_skipped_request(const rssm_verify_params &p, int req, int hv, int row_begin,
                                                        int row_end) {
-  if (seqlens_uncovered(p.cu_seqlens, p.batch, p.num_tokens, req))
-    zero_uncovered_tokens<Act>(p.cu_seqlens, p.batch, p.num_tokens, req, p.o, p.o_stride,
-                               int64_t(hv) * p.V + row_begin, row_end - row_begin, threadIdx.x, blockDim.x);
+  if (seqlens_uncovered(p.cu_seqlens, p.base.batch, p.num_tokens, req))
+    zero_uncovered_tokens<Act>(p.cu_seqlens, p.base.batch, p.num_tokens, req, p.tokens.o, p.tokens.o_stride,
+                               int64_t(hv) * p.base.V + row_begin, row_end - row_begin, threadIdx.x, blockDim.x);
 }
 
 // Phase 4 of DEFAULT (and of VF), per warp: the outputs of the window from this warp's state rows
@@ -226,14 +226,14 @@ __device__ __forceinline__ void verify_rows(const rssm_verify_params &p, const V
   const int kc = lane * EPL;
   const int T = p.max_seqlen;
   const int bos = rq.bos, len = rq.len;
-  const bool ring = p.ring_v != nullptr;
-  Act *o = static_cast<Act *>(p.o);
+  const bool ring = p.ring.v != nullptr;
+  Act *o = static_cast<Act *>(p.tokens.o);
   bool row_ok[ROWS];
   RSSM_UNROLL
-  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
-  const Act *v = static_cast<const Act *>(p.v);
-  Act *ring_v = ring && len > 0 ? static_cast<Act *>(p.ring_v) +
-                                      ((layer_slot * p.HV + hv) * int64_t(p.window) + ring_base) * p.V + row0
+  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.base.V;
+  const Act *v = static_cast<const Act *>(p.tokens.v);
+  Act *ring_v = ring && len > 0 ? static_cast<Act *>(p.ring.v) +
+                                      ((layer_slot * p.base.HV + hv) * int64_t(p.ring.window) + ring_base) * p.base.V + row0
                                 : nullptr;
   float u[TMAX][ROWS];
   RSSM_UNROLL
@@ -264,7 +264,7 @@ __device__ __forceinline__ void verify_rows(const rssm_verify_params &p, const V
     const uint32_t anc_i = w.anc[i];  // a chain: every j < i
     RSSM_UNROLL
     for (int r = 0; r < ROWS; ++r) {
-      const Act v_raw = row_ok[r] ? v[tok * p.v_stride + int64_t(hv) * p.V + row0 + r] : from_float<Act>(0.0f);
+      const Act v_raw = row_ok[r] ? v[tok * p.tokens.v_stride + int64_t(hv) * p.base.V + row0 + r] : from_float<Act>(0.0f);
       float acc = w.beta[i] * (to_float(v_raw) - eG * dk[r]);
       RSSM_UNROLL
       for (int j = 0; j < TMAX; ++j)
@@ -275,8 +275,8 @@ __device__ __forceinline__ void verify_rows(const rssm_verify_params &p, const V
       for (int j = 0; j < TMAX; ++j)
         if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(w.Sc[i * T + j], u[j][r], out);
       if (lane == r && row_ok[r]) {
-        o[tok * p.o_stride + int64_t(hv) * p.V + row0 + r] = from_float<Act>(out);
-        if (ring_v && ring_base + i < p.window) ring_v[int64_t(i) * p.V + r] = v_raw;
+        o[tok * p.tokens.o_stride + int64_t(hv) * p.base.V + row0 + r] = from_float<Act>(out);
+        if (ring_v && ring_base + i < p.ring.window) ring_v[int64_t(i) * p.base.V + r] = v_raw;
       }
     }
   }
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
   const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
 
   const int begin = blockIdx.x * RowTiling::kRowsPerBlock;
-  const int end = begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V;
+  const int end = begin + RowTiling::kRowsPerBlock < p.base.V ? begin + RowTiling::kRowsPerBlock : p.base.V;
   VerifyRequest rq;
   if (!verify_request(p, req, reporter, rq)) {
     verify_skipped_request<Act>(p, req, hv, begin, end);
@@ -310,17 +310,17 @@ __global__ void __launch_bounds__(RowTiling::kThreads) verify_kernel(const rssm_
     verify_zero_outputs<Act>(p, rq, hv, begin, end);
     return;
   }
-  const int64_t layer_slot = int64_t(p.layer) * p.num_slots + rq.slot;
+  const int64_t layer_slot = int64_t(p.base.layer) * p.base.num_slots + rq.slot;
   build_window<EPL, Act, KDA>(p, rq, w, hv, layer_slot);
 
   // Phase 4: per warp, its rows of the checkpoint (read only) and the forward substitution.
-  if (row0 >= p.V) return;
+  if (row0 >= p.base.V) return;
   bool row_ok[ROWS];
   RSSM_UNROLL
-  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.V;
+  for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.base.V;
   float s[ROWS][EPL];
-  const int64_t head = int64_t(p.V) * K;
-  load_rows(p.state + state_offset(p.state_slot_stride, p.state_layer_stride, p.layer, rq.slot, p.num_slots, p.HV * head) +
+  const int64_t head = int64_t(p.base.V) * K;
+  load_rows(p.base.state + state_offset(p.base.state_slot_stride, p.base.state_layer_stride, p.base.layer, rq.slot, p.base.num_slots, p.base.HV * head) +
                 hv * head + int64_t(row0) * K + kc,
             K, row_ok, s);
   verify_rows<EPL, Act, KDA>(p, rq, w, hv, layer_slot, 0, row0, s);

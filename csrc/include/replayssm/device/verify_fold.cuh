@@ -1,4 +1,4 @@
-// Kernel VF (deferred fold, SPEC §4 V and F fused): per layer, each live request's pending records
+// Kernel VF (deferred fold, design §4 VF: V and F fused): per layer, each live request's pending records
 // of the previous step are replayed into its checkpoint, the checkpoint stored, and the new window
 // verified from the state still in registers. A step then moves the state once read and once
 // written instead of V's read plus F's read and write.
@@ -38,14 +38,14 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(con
   const int warp = threadIdx.x / kWarpSize;
   const int hv = blockIdx.y, req = blockIdx.z, tile = blockIdx.x;
   const int row0 = (tile * RowTiling::kWarps + warp) * ROWS;
-  const int W = p.window / 2;
+  const int W = p.ring.window / 2;
   const bool reporter = tile == 0 && threadIdx.x == 0;
 
   VerifyRequest rq;
   if (!verify_request(p, req, reporter, rq)) {
     const int begin = tile * RowTiling::kRowsPerBlock;
     verify_skipped_request<Act>(p, req, hv, begin,
-                                begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V);
+                                begin + RowTiling::kRowsPerBlock < p.base.V ? begin + RowTiling::kRowsPerBlock : p.base.V);
     return;
   }
   // The slot's pending records (uniform over the block: every thread reads the same entry).
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(con
     const int32_t *entry = vf.pending + int64_t(rq.slot) * (2 + W);
     const uint32_t bad = pending_entry_error(entry, W);
     if (bad) {
-      if (reporter) report_device_error(p.error_word, bad);
+      if (reporter) report_device_error(p.base.error_word, bad);
       ok = false;
     } else {
       n = entry[0];
@@ -64,12 +64,12 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(con
       path = entry + 2;
     }
   }
-  int track_slot = checked_track(p.slots, vf.track_slots, vf.track_steps, p.batch, p.num_slots, req,
-                                 ok ? rq.slot : -1, n, p.error_word, reporter);
+  int track_slot = checked_track(p.base.slots, vf.track_slots, vf.track_steps, p.base.batch, p.base.num_slots, req,
+                                 ok ? rq.slot : -1, n, p.base.error_word, reporter);
   // A track slot with records pending would keep them under its new snapshot (the next VF on it
   // would replay them onto it): flagged, no snapshot.
   if (track_slot >= 0 && vf.pending[int64_t(track_slot) * (2 + W)] != 0) {
-    if (reporter) report_device_error(p.error_word, RSSM_DEVERR_TRACK_SLOT);
+    if (reporter) report_device_error(p.base.error_word, RSSM_DEVERR_TRACK_SLOT);
     track_slot = -1;
   }
   const int track_step = vf.track_steps ? vf.track_steps[req] : -1;
@@ -79,21 +79,18 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(con
   const bool tree_ok = ok && verify_tree_ok(p, rq, w, reporter);
   if (!tree_ok) {  // null, untrusted slot or pending entry, bad tree: zero outputs, nothing else
     const int begin = tile * RowTiling::kRowsPerBlock;
-    const int end = begin + RowTiling::kRowsPerBlock < p.V ? begin + RowTiling::kRowsPerBlock : p.V;
+    const int end = begin + RowTiling::kRowsPerBlock < p.base.V ? begin + RowTiling::kRowsPerBlock : p.base.V;
     verify_zero_outputs<Act>(p, rq, hv, begin, end);
     return;
   }
   // The fold's rows are requested first, so their load overlaps the window build.
-  float *state = const_cast<float *>(p.state);  // VF writes the checkpoint (see the params)
-  const RingGeometry geo{state, p.ring_v, p.ring_k, p.ring_g, p.ring_beta, p.error_word,
-                         p.num_slots, p.window, p.H, p.HV, p.K, p.V, p.qk_l2norm != 0,
-                         p.state_slot_stride, p.state_layer_stride};
-  const ReplayRows<EPL, Act, KDA> rows(geo, tile, p.layer, rq.slot, track_slot);
+  const RingGeometry geo = ring_geometry(p.base, p.ring);  // VF writes the checkpoint: the fold
+  const ReplayRows<EPL, Act, KDA> rows(geo, tile, p.base.layer, rq.slot, track_slot);
   float s[ROWS][EPL];
   load_rows(rows.state, K, rows.row_ok, s);
-  const int64_t layer_slot = int64_t(p.layer) * p.num_slots + rq.slot;
+  const int64_t layer_slot = int64_t(p.base.layer) * p.base.num_slots + rq.slot;
   build_window<EPL, Act, KDA>(p, rq, w, hv, layer_slot, (1 - half) * W);
-  if (row0 >= p.V) return;
+  if (row0 >= p.base.V) return;
   replay_steps(rows, n, track_step, path, s);
   if (n > 0) store_rows(rows.state, K, rows.row_ok, s);
   verify_rows<EPL, Act, KDA>(p, rq, w, hv, layer_slot, (1 - half) * W, row0, s);

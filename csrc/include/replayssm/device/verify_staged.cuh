@@ -45,9 +45,9 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : 5) verify_
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int l8 = lane % LPR, sub = lane / LPR;
   const int hv = blockIdx.y, req = blockIdx.z;
-  const int RB = verify_staged_block_rows(p.block_rows, p.V);
+  const int RB = verify_staged_block_rows(p.base.block_rows, p.base.V);
   const int rb0 = blockIdx.x * RB;
-  const int rows = RB < p.V - rb0 ? RB : p.V - rb0;  // > 0: the grid has ceil(V / RB) row blocks
+  const int rows = RB < p.base.V - rb0 ? RB : p.base.V - rb0;  // > 0: the grid has ceil(V / RB) row blocks
   const int passes = (rows + RPP - 1) / RPP;
   const int T = p.max_seqlen;
   const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
@@ -64,11 +64,11 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : 5) verify_
   float *o_s = v_s + T * RB;                         // [T][RB]
 
   // The first pass's checkpoint rows, in flight while the window is built.
-  const int64_t layer_slot = int64_t(p.layer) * p.num_slots + (rq.live ? rq.slot : 0);
-  const int64_t head = int64_t(p.V) * K;
-  const float *head_state = p.state +
-                            state_offset(p.state_slot_stride, p.state_layer_stride, p.layer, rq.live ? rq.slot : 0,
-                                         p.num_slots, p.HV * head) +
+  const int64_t layer_slot = int64_t(p.base.layer) * p.base.num_slots + (rq.live ? rq.slot : 0);
+  const int64_t head = int64_t(p.base.V) * K;
+  const float *head_state = p.base.state +
+                            state_offset(p.base.state_slot_stride, p.base.state_layer_stride, p.base.layer, rq.live ? rq.slot : 0,
+                                         p.base.num_slots, p.base.HV * head) +
                             hv * head;
   const int my = warp * RPW + sub;  // this lane group's row within a pass
   float s[CH][4];
@@ -93,14 +93,14 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : 5) verify_
   } else {
     for (int i = threadIdx.x; i < len; i += blockDim.x) eG[i] = expf(w.G[i]);
   }
-  const Act *v = static_cast<const Act *>(p.v) + int64_t(hv) * p.V + rb0;
-  Act *ring_v = p.ring_v ? static_cast<Act *>(p.ring_v) + (layer_slot * p.HV + hv) * int64_t(p.window) * p.V + rb0
+  const Act *v = static_cast<const Act *>(p.tokens.v) + int64_t(hv) * p.base.V + rb0;
+  Act *ring_v = p.ring.v ? static_cast<Act *>(p.ring.v) + (layer_slot * p.base.HV + hv) * int64_t(p.ring.window) * p.base.V + rb0
                          : nullptr;
   for (int idx = threadIdx.x; idx < len * rows; idx += blockDim.x) {
     const int i = idx / rows, r = idx % rows;
-    const Act x = v[int64_t(bos + i) * p.v_stride + r];
+    const Act x = v[int64_t(bos + i) * p.tokens.v_stride + r];
     v_s[i * RB + r] = to_float(x);
-    if (ring_v && i < p.window) ring_v[int64_t(i) * p.V + r] = x;
+    if (ring_v && i < p.ring.window) ring_v[int64_t(i) * p.base.V + r] = x;
   }
   __syncthreads();
 
@@ -157,11 +157,11 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : 5) verify_
 
   // The output tile, 16 bytes per store where the row allows it.
   constexpr int VEC = 16 / int(sizeof(Act));
-  Act *o = static_cast<Act *>(p.o) + int64_t(hv) * p.V + rb0;
+  Act *o = static_cast<Act *>(p.tokens.o) + int64_t(hv) * p.base.V + rb0;
   const int chunks = (rows + VEC - 1) / VEC;
   for (int idx = threadIdx.x; idx < len * chunks; idx += blockDim.x) {
     const int i = idx / chunks, r0 = (idx % chunks) * VEC;
-    Act *dst = o + int64_t(bos + i) * p.o_stride + r0;
+    Act *dst = o + int64_t(bos + i) * p.tokens.o_stride + r0;
     const float *src = o_s + i * RB + r0;
     if (r0 + VEC <= rows && (reinterpret_cast<uintptr_t>(dst) % 16) == 0) {
       store_act16(dst, src);
