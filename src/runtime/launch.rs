@@ -116,9 +116,7 @@ pub(crate) fn check_status(kernel: &'static str, backend: Backend, raw: ffi::rss
             }
             (Status::Unsupported, _) => ("configuration not compiled in".to_string(), 0),
             _ => (
-                format!(
-                    "rejected by rssm_{kernel}_can_implement (the kernel layer's copy of the host checks' verdict)"
-                ),
+                format!("rejected by rssm_{kernel}_can_implement (the host checks, run again by the kernel layer)"),
                 0,
             ),
         };
