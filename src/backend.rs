@@ -23,20 +23,8 @@ impl Backend {
     }
 }
 
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "reference" => Ok(Backend::Reference),
-            "emulated" | "emu" => Ok(Backend::Emulated),
-            "cuda" => Ok(Backend::Cuda),
-            _ => Err(format!("unknown backend '{s}' (expected reference, emulated or cuda)")),
-        }
-    }
-}
+text_enum!(Backend, "backend", "reference, emulated or cuda", {
+    "reference" => Reference,
+    "emulated" | "emu" => Emulated,
+    "cuda" => Cuda,
+});

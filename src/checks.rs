@@ -116,6 +116,24 @@ pub fn check_len(tensor: &'static str, len: usize, expected: usize, shape: impl 
     Ok(())
 }
 
+/// An array of one entry per request, row or token: `len` entries where `want` are needed
+/// (`per` names what each entry belongs to, e.g. "one per request"; empty: nothing to say).
+pub fn check_count(tensor: &'static str, len: usize, want: usize, per: &str) -> Result<()> {
+    if len != want {
+        let expected = if per.is_empty() {
+            format!("[{want}]")
+        } else {
+            format!("[{want}] ({per})")
+        };
+        return Err(Error::Shape {
+            tensor,
+            expected,
+            got: format!("[{len}]"),
+        });
+    }
+    Ok(())
+}
+
 pub fn check_dtype(tensor: &'static str, got: DType, expected: DType) -> Result<()> {
     if got != expected {
         return Err(Error::DType { tensor, expected, got });
@@ -165,13 +183,7 @@ pub fn check_batch(batch: usize) -> Result<()> {
 
 /// Checks slot indices: `-1` or `0..num_slots`, live slots distinct.
 pub fn check_slots(slots: &[i32], batch: usize, num_slots: usize) -> Result<()> {
-    if slots.len() != batch {
-        return Err(Error::Shape {
-            tensor: "slots",
-            expected: format!("[{batch}] (one per request)"),
-            got: format!("[{}]", slots.len()),
-        });
-    }
+    check_count("slots", slots.len(), batch, "one per request")?;
     let out_of_range = slots
         .iter()
         .position(|&slot| slot < -1 || slot >= 0 && slot as usize >= num_slots);

@@ -49,23 +49,11 @@ impl DType {
     }
 }
 
-impl std::fmt::Display for DType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for DType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "f32" | "float32" => Ok(DType::F32),
-            "f16" | "float16" => Ok(DType::F16),
-            "bf16" | "bfloat16" => Ok(DType::BF16),
-            _ => Err(format!("unknown dtype '{s}' (expected f32, f16 or bf16)")),
-        }
-    }
-}
+text_enum!(DType, "dtype", "f32, f16 or bf16", {
+    "f32" | "float32" => F32,
+    "f16" | "float16" => F16,
+    "bf16" | "bfloat16" => BF16,
+});
 
 /// An owned host buffer of activations in one dtype.
 #[derive(Clone, Debug, PartialEq)]

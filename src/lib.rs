@@ -28,6 +28,28 @@
 //! and the main types; the modules [`spec`], [`tree`], [`pool`] and [`ring`] keep the paths of
 //! earlier releases. A root name is never both a module and a function (`tests/layout.rs`).
 
+// A unit enum's text form, written once: `Display` prints its `name()`, `FromStr` reads the
+// names and aliases listed (what the CLI, case files and environment variables spell).
+macro_rules! text_enum {
+    ($ty:ident, $what:literal, $expected:literal, { $($($text:literal)|+ => $variant:ident),+ $(,)? }) => {
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($($text)|+ => Ok($ty::$variant),)+
+                    _ => Err(format!(concat!("unknown ", $what, " '{}' (expected ", $expected, ")"), s)),
+                }
+            }
+        }
+    };
+}
+
 pub mod backend;
 pub mod build_info;
 pub mod capi;

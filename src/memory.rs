@@ -362,16 +362,6 @@ impl<T: Pod> DeviceVec<T> {
         Ok(v)
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
     pub(crate) fn ptr(&self) -> *const T {
         match &self.store {
             Store::Emulated(v) => v.as_ptr(),
@@ -426,10 +416,10 @@ impl<T> Clone for DeviceSlice<'_, T> {
 }
 impl<T> Copy for DeviceSlice<'_, T> {}
 
-/// The accessors both borrowed slice types share.
+/// The accessors the owned buffer and both borrowed slice types share.
 macro_rules! slice_accessors {
-    ($t:ident) => {
-        impl<T> $t<'_, T> {
+    ([$($generics:tt)*] $t:ty) => {
+        impl<$($generics)*> $t {
             pub fn len(&self) -> usize {
                 self.len
             }
@@ -442,8 +432,9 @@ macro_rules! slice_accessors {
         }
     };
 }
-slice_accessors!(DeviceSlice);
-slice_accessors!(DeviceSliceMut);
+slice_accessors!([T: Pod] DeviceVec<T>);
+slice_accessors!([T] DeviceSlice<'_, T>);
+slice_accessors!([T] DeviceSliceMut<'_, T>);
 
 impl<'a, T> DeviceSlice<'a, T> {
     /// Engine memory as a slice.
@@ -649,32 +640,28 @@ impl DeviceAct {
 
     /// A view of `tokens` rows of `row` elements, `stride` apart, from element `offset`.
     pub fn view(&self, offset: usize, tokens: usize, row: usize, stride: usize) -> DeviceActView<'_> {
-        DeviceActView {
-            base: self.ptr(),
-            len: self.len(),
-            dtype: self.dtype(),
-            backend: self.backend(),
-            offset,
-            tokens,
-            row,
-            stride,
-            _life: PhantomData,
+        // SAFETY: the buffer outlives the view's borrow of it.
+        unsafe {
+            DeviceActView::from_raw_parts(
+                self.backend(),
+                self.dtype(),
+                self.ptr().cast(),
+                self.len(),
+                offset,
+                tokens,
+                row,
+                stride,
+            )
         }
     }
     pub fn dense(&self, tokens: usize, row: usize) -> DeviceActView<'_> {
         self.view(0, tokens, row, row)
     }
     pub fn view_mut(&mut self, offset: usize, tokens: usize, row: usize, stride: usize) -> DeviceActViewMut<'_> {
-        DeviceActViewMut {
-            base: self.ptr_mut(),
-            len: self.len(),
-            dtype: self.dtype(),
-            backend: self.backend(),
-            offset,
-            tokens,
-            row,
-            stride,
-            _life: PhantomData,
+        let (backend, dtype, len) = (self.backend(), self.dtype(), self.len());
+        // SAFETY: the buffer outlives the view's exclusive borrow of it.
+        unsafe {
+            DeviceActViewMut::from_raw_parts(backend, dtype, self.ptr_mut().cast(), len, offset, tokens, row, stride)
         }
     }
     pub fn dense_mut(&mut self, tokens: usize, row: usize) -> DeviceActViewMut<'_> {
@@ -682,94 +669,64 @@ impl DeviceAct {
     }
 }
 
-/// A strided read-only view of device activations: `tokens` rows of `row` elements, row `t` at
-/// element `offset + t * stride` of a buffer of `len` elements (the launch checks the extent).
-#[derive(Clone, Copy, Debug)]
-pub struct DeviceActView<'a> {
-    base: *const u8,
-    len: usize,
-    dtype: DType,
-    backend: Backend,
-    pub offset: usize,
-    pub tokens: usize,
-    pub row: usize,
-    pub stride: usize,
-    _life: PhantomData<&'a ()>,
-}
-
-impl DeviceActView<'_> {
-    /// An engine tensor of `len` elements of `dtype` at `base`, viewed with the given layout.
-    ///
-    /// # Safety
-    /// As [`DeviceSlice::from_raw_parts`] for `len` elements of `dtype` at `base`.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn from_raw_parts(
-        backend: Backend,
-        dtype: DType,
-        base: *const c_void,
-        len: usize,
-        offset: usize,
-        tokens: usize,
-        row: usize,
-        stride: usize,
-    ) -> Self {
-        DeviceActView {
-            base: base.cast(),
-            len,
-            dtype,
-            backend,
-            offset,
-            tokens,
-            row,
-            stride,
-            _life: PhantomData,
+// The read-only and the writable device view differ only in the pointer and the borrow they
+// stand for: one definition of both.
+macro_rules! device_act_view {
+    ($(#[$doc:meta])* $name:ident, $derive:meta, $ptr:ty, $raw:ty, $borrow:ty, $safety:literal) => {
+        $(#[$doc])*
+        #[$derive]
+        pub struct $name<'a> {
+            base: $ptr,
+            len: usize,
+            dtype: DType,
+            backend: Backend,
+            pub offset: usize,
+            pub tokens: usize,
+            pub row: usize,
+            pub stride: usize,
+            _life: PhantomData<$borrow>,
         }
-    }
-}
 
-/// The writable counterpart of [`DeviceActView`] (kernel outputs).
-#[derive(Debug)]
-pub struct DeviceActViewMut<'a> {
-    base: *mut u8,
-    len: usize,
-    dtype: DType,
-    backend: Backend,
-    pub offset: usize,
-    pub tokens: usize,
-    pub row: usize,
-    pub stride: usize,
-    _life: PhantomData<&'a mut ()>,
-}
-
-impl DeviceActViewMut<'_> {
-    /// An engine output tensor.
-    ///
-    /// # Safety
-    /// As [`DeviceSliceMut::from_raw_parts`] for `len` elements of `dtype` at `base`.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn from_raw_parts(
-        backend: Backend,
-        dtype: DType,
-        base: *mut c_void,
-        len: usize,
-        offset: usize,
-        tokens: usize,
-        row: usize,
-        stride: usize,
-    ) -> Self {
-        DeviceActViewMut {
-            base: base.cast(),
-            len,
-            dtype,
-            backend,
-            offset,
-            tokens,
-            row,
-            stride,
-            _life: PhantomData,
+        impl $name<'_> {
+            /// An engine tensor of `len` elements of `dtype` at `base`, viewed with the given layout.
+            ///
+            /// # Safety
+            #[doc = $safety]
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn from_raw_parts(
+                backend: Backend,
+                dtype: DType,
+                base: $raw,
+                len: usize,
+                offset: usize,
+                tokens: usize,
+                row: usize,
+                stride: usize,
+            ) -> Self {
+                $name { base: base.cast(), len, dtype, backend, offset, tokens, row, stride, _life: PhantomData }
+            }
         }
-    }
+    };
 }
+device_act_view!(
+    /// A strided read-only view of device activations: `tokens` rows of `row` elements, row `t` at
+    /// element `offset + t * stride` of a buffer of `len` elements (the launch checks the extent).
+    DeviceActView,
+    derive(Clone, Copy, Debug),
+    *const u8,
+    *const c_void,
+    &'a (),
+    "As [`DeviceSlice::from_raw_parts`] for `len` elements of `dtype` at `base`."
+);
+device_act_view!(
+    /// The writable counterpart of [`DeviceActView`] (kernel outputs).
+    DeviceActViewMut,
+    derive(Debug),
+    *mut u8,
+    *mut c_void,
+    &'a mut (),
+    "As [`DeviceSliceMut::from_raw_parts`] for `len` elements of `dtype` at `base`."
+);
 
 /// What the launch plumbing reads of an activation view, host or device.
 pub trait ActLayout {

@@ -28,22 +28,10 @@ impl Variant {
     }
 }
 
-impl std::fmt::Display for Variant {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Variant {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "gdn" => Ok(Variant::Gdn),
-            "kda" => Ok(Variant::Kda),
-            _ => Err(format!("unknown variant '{s}' (expected gdn or kda)")),
-        }
-    }
-}
+text_enum!(Variant, "variant", "gdn or kda", {
+    "gdn" => Gdn,
+    "kda" => Kda,
+});
 
 /// Head counts and dims: `h` key/query heads, `hv` value heads (`hv % h == 0`), `k` key dim,
 /// `v` value dim.

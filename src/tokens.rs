@@ -4,7 +4,7 @@
 
 use crate::backend::Backend;
 use crate::checks::{
-    check_batch, check_dtype, check_kernel_head_dim, check_len, check_seqlens, check_slots, check_view,
+    check_batch, check_count, check_dtype, check_kernel_head_dim, check_len, check_seqlens, check_slots, check_view,
 };
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -156,12 +156,7 @@ pub(crate) fn seqlens(cu: &impl SeqlensRef, num_tokens: usize) -> Result<(usize,
 pub(crate) fn check_token_slots(slots: &impl SliceRef<i32>, batch: usize, num_slots: usize) -> Result<()> {
     match slots.host() {
         Some(s) => check_slots(s, batch, num_slots),
-        None if slots.len() != batch => Err(Error::Shape {
-            tensor: "slots",
-            expected: format!("[{batch}] (one per request)"),
-            got: format!("[{}]", slots.len()),
-        }),
-        None => Ok(()),
+        None => check_count("slots", slots.len(), batch, "one per request"),
     }
 }
 

@@ -567,6 +567,13 @@ mod tests {
         }
     }
 
+    fn staged(block_rows: u32) -> Choice {
+        Choice {
+            imp: Impl::Staged,
+            block_rows,
+        }
+    }
+
     /// A table without entries (the shipped one carries the model's).
     fn empty() -> Table {
         let mut t = Table::parse(SHIPPED_TABLE, "shipped").unwrap();
@@ -587,10 +594,7 @@ mod tests {
     #[test]
     fn a_modelled_entry_never_replaces_a_measured_one() {
         let mut t = empty();
-        let staged = Choice {
-            imp: Impl::Staged,
-            block_rows: 0,
-        };
+        let staged = staged(0);
         t.insert_modelled(&key(), staged);
         assert_eq!(t.entry_of(&key()).unwrap().source, Some(EntrySource::Model));
         t.insert(&key(), Choice::DEFAULT, Some(1.0), Some(1.0));
@@ -603,10 +607,7 @@ mod tests {
     #[test]
     fn lookup_uses_buckets_and_falls_back() {
         let mut t = empty();
-        let staged = Choice {
-            imp: Impl::Staged,
-            block_rows: 32,
-        };
+        let staged = staged(32);
         t.insert(&key(), staged, Some(1.0), Some(2.0));
         assert_eq!(t.entries[t.entries.len() - 1].t, 4);
         assert_eq!(t.entries[t.entries.len() - 1].b, 128);
@@ -658,10 +659,7 @@ mod tests {
 
     #[test]
     fn garbage_shapes_never_reach_the_size_query() {
-        let staged = Choice {
-            imp: Impl::Staged,
-            block_rows: 0,
-        };
+        let staged = staged(0);
         assert!(!fits(
             &Key {
                 v: i32::MAX as usize,
@@ -680,10 +678,7 @@ mod tests {
 
     #[test]
     fn a_choice_that_does_not_fit_is_not_taken() {
-        let staged_all = Choice {
-            imp: Impl::Staged,
-            block_rows: 0,
-        };
+        let staged_all = staged(0);
         assert!(fits(&key(), staged_all));
         // 16 positions over a whole head of 4096 rows: 512 KB of tiles.
         assert!(!fits(
@@ -766,10 +761,7 @@ mod tests {
     fn force_pins_a_choice_on_this_thread_only() {
         // A shape the shipped table has no entry for (no model shape has 7 value heads).
         let unmodelled = || Key { hv: 7, ..key() };
-        let staged = Choice {
-            imp: Impl::Staged,
-            block_rows: 16,
-        };
+        let staged = staged(16);
         assert_eq!(choose(&unmodelled()), Choice::DEFAULT);
         {
             let _g = force(Kernel::V, staged);

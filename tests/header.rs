@@ -24,16 +24,73 @@ fn checked_in_header_is_current() {
     ] {
         assert!(generated.contains(needed), "the generated header lacks {needed}");
     }
-    let path = root.join("include/replayssm.h");
+    bless_or_compare(
+        &root.join("include/replayssm.h"),
+        &generated,
+        "the C ABI in src/capi changed",
+    );
+}
+
+/// With `REPLAYSSM_BLESS=1` writes `generated` to `path`; otherwise fails unless the checked-in
+/// file is exactly `generated` (`why` says what a difference means).
+fn bless_or_compare(path: &Path, generated: &str, why: &str) {
     if std::env::var("REPLAYSSM_BLESS").as_deref() == Ok("1") {
-        std::fs::write(&path, &generated).expect("write include/replayssm.h");
+        std::fs::write(path, generated).expect("write the generated file");
         eprintln!("rewrote {}", path.display());
         return;
     }
-    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    let current = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         current == generated,
-        "include/replayssm.h is stale: the C ABI in src/capi changed. Regenerate it with \
-         `REPLAYSSM_BLESS=1 cargo test --test header` and commit the result."
+        "{} is stale: {why}. Regenerate it with `REPLAYSSM_BLESS=1 cargo test --test header` and \
+         commit the result.",
+        path.display()
     );
+}
+
+/// `csrc/include/replayssm/layout.h` pins the kernel layer's params layouts for the C++ side; its
+/// numbers come from the one table in `src/ffi.rs` (which asserts them on the Rust side), so
+/// this test renders the header from that table and fails when the checked-in file differs.
+/// `REPLAYSSM_BLESS=1` rewrites it.
+#[test]
+fn layout_header_is_rendered_from_the_rust_table() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ffi = std::fs::read_to_string(root.join("src/ffi.rs")).expect("src/ffi.rs");
+    let generated = render_layout_header(&ffi);
+    assert!(
+        generated.matches("static_assert(sizeof(").count() >= 10,
+        "src/ffi.rs's assert_layout! table was not found"
+    );
+    let path = root.join("csrc/include/replayssm/layout.h");
+    bless_or_compare(&path, &generated, "src/ffi.rs's layout table changed");
+}
+
+/// One `static_assert` per size and offset of every `assert_layout!(type, size = N, { f = off })`.
+fn render_layout_header(ffi: &str) -> String {
+    let mut out = String::from(
+        "// Generated from src/ffi.rs's layout table by tests/header.rs; do not edit (regenerate with\n\
+         // `REPLAYSSM_BLESS=1 cargo test --test header`). Pins the ABI of every params struct on the\n\
+         // C++ side with the numbers the Rust side asserts.\n\
+         #pragma once\n\n#include <stddef.h>\n\n#include \"replayssm/replayssm.h\"\n\n\
+         #define RSSM_ASSERT_OFFSET(type, field, off) static_assert(offsetof(type, field) == (off), #type \".\" #field \" moved\")\n",
+    );
+    for block in ffi.split("assert_layout!(").skip(1) {
+        let Some((head, rest)) = block.split_once('{') else {
+            continue;
+        };
+        let Some((fields, _)) = rest.split_once('}') else {
+            continue;
+        };
+        let mut head = head.split(',').map(str::trim);
+        let ty = head.next().unwrap_or_default();
+        let size = head.next().and_then(|s| s.strip_prefix("size = ")).unwrap_or_default();
+        out += &format!("\nstatic_assert(sizeof({ty}) == {size}, \"{ty} size changed\");\n");
+        for field in fields.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+            let (name, off) = field.split_once(" = ").expect("`field = offset`");
+            // bindgen renames C's `impl` (a Rust keyword) to `impl_`.
+            let name = name.strip_suffix('_').unwrap_or(name);
+            out += &format!("RSSM_ASSERT_OFFSET({ty}, {name}, {off});\n");
+        }
+    }
+    out
 }

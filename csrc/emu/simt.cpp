@@ -87,6 +87,25 @@ rssm_emu_switch:
 
 enum class Wait { Runnable, Barrier, Warp, Done };
 
+// Where a suspended context resumes: its stack pointer (x86-64: rssm_emu_switch saved the
+// callee-saved registers on that stack), or a ucontext elsewhere.
+struct SavedRegs {
+#if defined(__x86_64__)
+  void *sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+};
+
+// Suspends the running context into `from` and resumes `to`.
+inline void jump(SavedRegs &from, SavedRegs &to) {
+#if defined(__x86_64__)
+  rssm_emu_switch(&from.sp, to.sp);
+#else
+  swapcontext(&from.uc, &to.uc);
+#endif
+}
+
 struct Fiber {
   ThreadCtx ctx{};
   Wait wait = Wait::Runnable;
@@ -97,11 +116,7 @@ struct Fiber {
   int width = 32;
   uint64_t result = 0;
   void *stack = nullptr;  // kStackBytes, mapped by prepare_worker
-#if defined(__x86_64__)
-  void *sp = nullptr;
-#else
-  ucontext_t uc;
-#endif
+  SavedRegs regs;
 
   Fiber() = default;
   Fiber(const Fiber &) = delete;
@@ -126,11 +141,7 @@ struct Worker {
   std::vector<unsigned char> smem;
   std::vector<unsigned> warp_order;
   const KernelBody *body = nullptr;
-#if defined(__x86_64__)
-  void *sched_sp = nullptr;
-#else
-  ucontext_t sched_uc;
-#endif
+  SavedRegs sched;  // the scheduler's, while a fiber runs
   char error[kMaxMessage] = {};
   uint64_t rng = 0;
   // The lanes of the current round, resumed in this order: a fiber that blocks switches
@@ -175,18 +186,10 @@ void switch_to_scheduler() {
   if (++w->chain_pos < w->chain_len) {
     Fiber *next = w->chain[w->chain_pos];
     tl_fiber = next;
-#if defined(__x86_64__)
-    rssm_emu_switch(&f->sp, next->sp);
-#else
-    swapcontext(&f->uc, &next->uc);
-#endif
+    jump(f->regs, next->regs);
     return;
   }
-#if defined(__x86_64__)
-  rssm_emu_switch(&f->sp, w->sched_sp);
-#else
-  swapcontext(&f->uc, &w->sched_uc);
-#endif
+  jump(f->regs, w->sched);
 }
 
 [[noreturn]] void fiber_exit() {
@@ -202,11 +205,7 @@ void run_chain(Worker *w, unsigned len) {
   w->chain_pos = 0;
   Fiber *f = w->chain[0];
   tl_fiber = f;
-#if defined(__x86_64__)
-  rssm_emu_switch(&w->sched_sp, f->sp);
-#else
-  swapcontext(&w->sched_uc, &f->uc);
-#endif
+  jump(w->sched, f->regs);
   tl_fiber = nullptr;
 }
 
@@ -222,14 +221,14 @@ void reset_fiber(Fiber *f, unsigned index) {
   top[-1] = 0;                                          // fake return address of fiber_entry
   top[-2] = reinterpret_cast<uint64_t>(&fiber_entry);  // popped by ret
   for (int i = 3; i <= 8; ++i) top[-i] = 0;            // rbp rbx r12 r13 r14 r15
-  f->sp = &top[-8];
+  f->regs.sp = &top[-8];
 #else
   (void)index;
-  getcontext(&f->uc);
-  f->uc.uc_stack.ss_sp = f->stack;
-  f->uc.uc_stack.ss_size = kStackBytes;
-  f->uc.uc_link = nullptr;
-  makecontext(&f->uc, fiber_entry_uc, 0);
+  getcontext(&f->regs.uc);
+  f->regs.uc.uc_stack.ss_sp = f->stack;
+  f->regs.uc.uc_stack.ss_size = kStackBytes;
+  f->regs.uc.uc_link = nullptr;
+  makecontext(&f->regs.uc, fiber_entry_uc, 0);
 #endif
 }
 
@@ -492,6 +491,17 @@ unsigned available_cpus() {
   return n == 0 ? 1u : n;
 }
 
+// A variable whose value does not parse: the message names it, quotes the value and says what it
+// must be.
+Setting refused(const char *var, const char *s, const char *must_be) {
+  Setting r;
+  char q[300];
+  quote_value(s, q, sizeof q);
+  r.ok = false;
+  std::snprintf(r.message, sizeof r.message, "%s = \"%s\" is not %s", var, q, must_be);
+  return r;
+}
+
 // REPLAYSSM_EMU_THREADS: decimal digits only, at least 1; above kMaxHostThreads clamped.
 Setting parse_threads(const char *s) {
   Setting r;
@@ -509,14 +519,12 @@ Setting parse_threads(const char *s) {
     v = std::min<uint64_t>(v * 10 + uint64_t(*p - '0'), uint64_t(1) << 40);  // saturates: clamped below
   }
   if (!digits || v == 0) {
-    char q[300];
-    quote_value(s, q, sizeof q);
-    r.ok = false;
-    std::snprintf(r.message, sizeof r.message,
-                  "REPLAYSSM_EMU_THREADS = \"%s\" is not an integer in 1..=%u (decimal digits: the host threads "
-                  "the SIMT emulator runs blocks on; larger values are clamped to %u)",
-                  q, kMaxHostThreads, kMaxHostThreads);
-    return r;
+    char must_be[200];
+    std::snprintf(must_be, sizeof must_be,
+                  "an integer in 1..=%u (decimal digits: the host threads the SIMT emulator runs blocks on; "
+                  "larger values are clamped to %u)",
+                  kMaxHostThreads, kMaxHostThreads);
+    return refused("REPLAYSSM_EMU_THREADS", s, must_be);
   }
   r.value = std::min<uint64_t>(v, kMaxHostThreads);
   return r;
@@ -539,13 +547,9 @@ Setting parse_seed(const char *s) {
     r.value = v;
   }
   if (!ok) {
-    char q[300];
-    quote_value(s, q, sizeof q);
-    r.ok = false;
-    std::snprintf(r.message, sizeof r.message,
-                  "REPLAYSSM_EMU_SEED = \"%s\" is not an integer in 0..=18446744073709551615 (decimal, 0x "
-                  "hexadecimal or 0 octal, the whole value, no sign)",
-                  q);
+    return refused("REPLAYSSM_EMU_SEED", s,
+                   "an integer in 0..=18446744073709551615 (decimal, 0x hexadecimal or 0 octal, the whole value, "
+                   "no sign)");
   }
   return r;
 }

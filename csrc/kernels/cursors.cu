@@ -1,15 +1,9 @@
 // Launch layer of the buffered-decode cursor kernel (snapshot / advance / reset).
-#include "replayssm/can_implement.h"
 #include "replayssm/device/cursors.cuh"
 #include "replayssm/launcher.h"
-#include "replayssm/layout.h"
 
 extern "C" rssm_status RSSM_ENTRY(decode_cursors)(const rssm_cursor_params *params, void *stream) {
   const rssm_status st = rssm::cursors_can_implement(params);
   if (st != RSSM_OK) return st;
-  constexpr int kThreads = 128;
-  const int blocks = (params->batch + kThreads - 1) / kThreads;
-  const auto kernel = &rssm::cursors_kernel<kThreads>;
-  const int err = RSSM_LAUNCH(kernel, dim3(blocks), dim3(kThreads), 0, stream, *params);
-  return err == 0 ? RSSM_OK : RSSM_LAUNCH_FAILED;
+  return rssm::launch_per_row<128>(&rssm::cursors_kernel<128>, stream, *params);
 }

@@ -38,16 +38,81 @@ fn verify_header(p: &replayssm_verify_params, prefix: &str) -> Check {
     )
 }
 
-/// D's (and materialise's) header and reserved fields.
-fn decode_header(p: &replayssm_decode_params) -> Check {
+/// R's and D's header: the base, the token part and the struct's own reserved field.
+fn token_header(flags: u32, base: &replayssm_base_params, tokens: &replayssm_token_params, reserved: i32) -> Check {
     header(
-        p.flags,
+        flags,
         &[
-            ("base.reserved", p.base.reserved),
-            ("tokens.reserved", p.tokens.reserved),
-            ("reserved", p.reserved),
+            ("base.reserved", base.reserved),
+            ("tokens.reserved", tokens.reserved),
+            ("reserved", reserved),
         ],
     )
+}
+
+/// A kernel entry's params: the C struct's name and the header and reserved fields (named as
+/// the caller spells them) that must stay 0.
+trait EntryParams: Copy {
+    const NAME: &'static str;
+    fn header(&self) -> Check;
+}
+
+/// What every kernel entry does first: read the params (struct_size first), pick the backend,
+/// check the header.
+///
+/// # Safety
+/// As [`read_params`].
+unsafe fn open<P: EntryParams>(params: *const P, backend: i32) -> Result<(P, Backend), Failure> {
+    let p = read_params(params, P::NAME)?;
+    let backend = backend_of(backend)?;
+    p.header()?;
+    Ok((p, backend))
+}
+
+// One impl per entry's params: the C struct's name, and the header check.
+macro_rules! entry_params {
+    ($($ty:ident => |$p:ident| $header:expr;)+) => {
+        $(impl EntryParams for $ty {
+            const NAME: &'static str = stringify!($ty);
+            fn header(&self) -> Check {
+                let $p = self;
+                $header
+            }
+        })+
+    };
+}
+
+entry_params! {
+    replayssm_recurrent_params => |p| token_header(p.flags, &p.base, &p.tokens, p.reserved);
+    replayssm_verify_params => |p| verify_header(p, "");
+    replayssm_fold_params => |p| header(
+        p.flags,
+        &[("base.reserved", p.base.reserved), ("ring.reserved", p.ring.reserved), ("reserved", p.reserved)],
+    );
+    replayssm_replay_params => |p| {
+        header(p.flags, &[("base.reserved", p.base.reserved), ("ring.reserved", p.ring.reserved)])
+    };
+    replayssm_decode_params => |p| token_header(p.flags, &p.base, &p.tokens, p.reserved);
+    replayssm_cursor_params => |p| header(p.flags, &[]);
+    replayssm_verify_fold_params => |p| verify_fold_header(p);
+    replayssm_defer_params => |p| header(p.flags, &[("reserved", p.reserved)]);
+}
+
+/// VF's header: its own flags, the nested verify struct's size, then V's header fields.
+fn verify_fold_header(p: &replayssm_verify_fold_params) -> Check {
+    header(p.flags, &[])?;
+    let want = std::mem::size_of::<replayssm_verify_params>();
+    if p.verify.struct_size as usize != want {
+        return Err(Failure::new(
+            replayssm_status::REPLAYSSM_ERR_STRUCT_SIZE,
+            format!(
+                "replayssm_verify_fold_params.verify.struct_size is {}, but this library expects {want} \
+             (sizeof(replayssm_verify_params))",
+                p.verify.struct_size
+            ),
+        ));
+    }
+    verify_header(&p.verify, "verify.")
 }
 
 /// Calls the kernel layer's launcher through the one launch path of the Rust wrappers
@@ -83,16 +148,7 @@ pub unsafe extern "C" fn replayssm_recurrent(
     stream: *mut c_void,
 ) -> replayssm_status {
     guard("replayssm_recurrent", || {
-        let p = read_params(params, "replayssm_recurrent_params")?;
-        let backend = backend_of(backend)?;
-        header(
-            p.flags,
-            &[
-                ("base.reserved", p.base.reserved),
-                ("tokens.reserved", p.tokens.reserved),
-                ("reserved", p.reserved),
-            ],
-        )?;
+        let (p, backend) = open(params, backend)?;
         crate::checks::params::recurrent(&p.kernel(), backend)?;
         launch!(
             "recurrent",
@@ -117,9 +173,7 @@ pub unsafe extern "C" fn replayssm_verify(
     stream: *mut c_void,
 ) -> replayssm_status {
     guard("replayssm_verify", || {
-        let p = read_params(params, "replayssm_verify_params")?;
-        let backend = backend_of(backend)?;
-        verify_header(&p, "")?;
+        let (p, backend) = open(params, backend)?;
         let mut kp = p.kernel();
         crate::tuning::apply(Kernel::V, &mut kp.base, kp.max_seqlen);
         crate::checks::params::verify(&kp, backend)?;
@@ -139,16 +193,7 @@ pub unsafe extern "C" fn replayssm_fold(
     stream: *mut c_void,
 ) -> replayssm_status {
     guard("replayssm_fold", || {
-        let p = read_params(params, "replayssm_fold_params")?;
-        let backend = backend_of(backend)?;
-        header(
-            p.flags,
-            &[
-                ("base.reserved", p.base.reserved),
-                ("ring.reserved", p.ring.reserved),
-                ("reserved", p.reserved),
-            ],
-        )?;
+        let (p, backend) = open(params, backend)?;
         let mut kp = p.kernel();
         crate::tuning::apply(Kernel::F, &mut kp.base, kp.ring.window);
         crate::checks::params::fold(&kp, backend)?;
@@ -168,12 +213,7 @@ pub unsafe extern "C" fn replayssm_replay(
     stream: *mut c_void,
 ) -> replayssm_status {
     guard("replayssm_replay", || {
-        let p = read_params(params, "replayssm_replay_params")?;
-        let backend = backend_of(backend)?;
-        header(
-            p.flags,
-            &[("base.reserved", p.base.reserved), ("ring.reserved", p.ring.reserved)],
-        )?;
+        let (p, backend) = open(params, backend)?;
         let mut kp = p.kernel();
         crate::tuning::apply(Kernel::P, &mut kp.base, kp.ring.window);
         crate::checks::params::replay(&kp, backend)?;
@@ -195,9 +235,7 @@ pub unsafe extern "C" fn replayssm_decode(
     stream: *mut c_void,
 ) -> replayssm_status {
     guard("replayssm_decode", || {
-        let p = read_params(params, "replayssm_decode_params")?;
-        let backend = backend_of(backend)?;
-        decode_header(&p)?;
+        let (p, backend) = open(params, backend)?;
         let mut kp = p.kernel();
         crate::tuning::apply(Kernel::D, &mut kp.base, kp.cache_len);
         crate::checks::params::decode(&kp, backend)?;
@@ -218,9 +256,7 @@ pub unsafe extern "C" fn replayssm_decode_materialize(
     stream: *mut c_void,
 ) -> replayssm_status {
     guard("replayssm_decode_materialize", || {
-        let p = read_params(params, "replayssm_decode_params")?;
-        let backend = backend_of(backend)?;
-        decode_header(&p)?;
+        let (p, backend) = open(params, backend)?;
         let mut kp = p.kernel();
         kp.base.layer = 0;
         crate::checks::params::materialize(&kp, backend)?;
@@ -247,9 +283,7 @@ pub unsafe extern "C" fn replayssm_decode_cursors(
     stream: *mut c_void,
 ) -> replayssm_status {
     guard("replayssm_decode_cursors", || {
-        let p = read_params(params, "replayssm_cursor_params")?;
-        let backend = backend_of(backend)?;
-        header(p.flags, &[])?;
+        let (p, backend) = open(params, backend)?;
         crate::checks::params::cursors(&p.kernel(), backend)?;
         launch!(
             "decode_cursors",
@@ -277,21 +311,7 @@ pub unsafe extern "C" fn replayssm_verify_fold(
     stream: *mut c_void,
 ) -> replayssm_status {
     guard("replayssm_verify_fold", || {
-        let p = read_params(params, "replayssm_verify_fold_params")?;
-        let backend = backend_of(backend)?;
-        header(p.flags, &[])?;
-        let want = std::mem::size_of::<replayssm_verify_params>();
-        if p.verify.struct_size as usize != want {
-            return Err(Failure::new(
-                replayssm_status::REPLAYSSM_ERR_STRUCT_SIZE,
-                format!(
-                    "replayssm_verify_fold_params.verify.struct_size is {}, but this library expects {want} \
-                     (sizeof(replayssm_verify_params))",
-                    p.verify.struct_size
-                ),
-            ));
-        }
-        verify_header(&p.verify, "verify.")?;
+        let (p, backend) = open(params, backend)?;
         crate::checks::params::verify_fold(&p.kernel(), backend)?;
         launch!(
             "verify_fold",
@@ -317,9 +337,7 @@ pub unsafe extern "C" fn replayssm_defer(
     stream: *mut c_void,
 ) -> replayssm_status {
     guard("replayssm_defer", || {
-        let p = read_params(params, "replayssm_defer_params")?;
-        let backend = backend_of(backend)?;
-        header(p.flags, &[("reserved", p.reserved)])?;
+        let (p, backend) = open(params, backend)?;
         crate::checks::params::defer(&p.kernel(), backend)?;
         launch!("defer", backend, rssm_defer, rssm_emu_defer, p.kernel(), stream)
     })

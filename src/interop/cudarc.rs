@@ -27,81 +27,81 @@ use crate::backend::Backend;
 use crate::capi::{replayssm_last_cuda_error, replayssm_last_error_message, replayssm_status};
 use crate::memory::{DeviceSlice, DeviceSliceMut, Stream};
 
-/// A cudarc buffer lent read-only to one launch.
-pub struct DeviceView<'a, T> {
+/// A cudarc buffer's device address and length, with cudarc's stream-ordering guard held for as
+/// long as it is lent.
+struct Lent<'a> {
     ptr: u64,
     len: usize,
     _sync: SyncOnDrop<'a>,
+}
+
+/// A cudarc buffer lent read-only to one launch.
+pub struct DeviceView<'a, T> {
+    lent: Lent<'a>,
     _elem: PhantomData<*const T>,
+}
+
+/// A cudarc buffer lent writable to one launch.
+pub struct DeviceViewMut<'a, T> {
+    lent: Lent<'a>,
+    _elem: PhantomData<*mut T>,
 }
 
 impl<'a, T> DeviceView<'a, T> {
     /// Lends `slice` for a launch on `stream` (which waits for the slice's pending writes).
     pub fn read<S: DevicePtr<T>>(slice: &'a S, stream: &'a CudaStream) -> Self {
         let len = slice.len();
-        let (ptr, sync) = slice.device_ptr(stream);
-        DeviceView {
-            ptr,
-            len,
-            _sync: sync,
-            _elem: PhantomData,
-        }
-    }
-    /// The device address, for a params field.
-    pub fn ptr(&self) -> *const T {
-        self.ptr as usize as *const T
+        Self::lend(len, slice.device_ptr(stream))
     }
     /// The view as a device slice of the typed runtime (`Stream::verify`, `Stream::fold`, ...),
     /// borrowed for no longer than the view keeps cudarc's stream ordering.
     pub fn as_slice(&self) -> DeviceSlice<'_, T> {
         // SAFETY: cudarc's slice holds `len` elements of CUDA memory, lent read-only while `self` lives.
-        unsafe { DeviceSlice::from_raw_parts(Backend::Cuda, self.ptr(), self.len) }
+        unsafe { DeviceSlice::from_raw_parts(Backend::Cuda, self.ptr(), self.lent.len) }
     }
-    /// Elements the view covers: check it against the extent the params describe.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-/// A cudarc buffer lent writable to one launch.
-pub struct DeviceViewMut<'a, T> {
-    ptr: u64,
-    len: usize,
-    _sync: SyncOnDrop<'a>,
-    _elem: PhantomData<*mut T>,
 }
 
 impl<'a, T> DeviceViewMut<'a, T> {
     /// Lends `slice` for a launch on `stream` (which waits for the slice's pending reads and writes).
     pub fn write<S: DevicePtrMut<T>>(slice: &'a mut S, stream: &'a CudaStream) -> Self {
         let len = slice.len();
-        let (ptr, sync) = slice.device_ptr_mut(stream);
-        DeviceViewMut {
-            ptr,
-            len,
-            _sync: sync,
-            _elem: PhantomData,
-        }
-    }
-    pub fn ptr(&self) -> *mut T {
-        self.ptr as usize as *mut T
+        Self::lend(len, slice.device_ptr_mut(stream))
     }
     /// The view as a writable device slice of the typed runtime, borrowed for no longer than
     /// the view.
     pub fn as_mut_slice(&mut self) -> DeviceSliceMut<'_, T> {
         // SAFETY: cudarc's slice holds `len` elements of CUDA memory, lent exclusively while `self` lives.
-        unsafe { DeviceSliceMut::from_raw_parts(Backend::Cuda, self.ptr(), self.len) }
-    }
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+        unsafe { DeviceSliceMut::from_raw_parts(Backend::Cuda, self.ptr(), self.lent.len) }
     }
 }
+
+// What both views share: holding the lent address, and reading it back.
+macro_rules! lent_view {
+    ($view:ident, $ptr:ty) => {
+        impl<'a, T> $view<'a, T> {
+            fn lend(len: usize, (ptr, _sync): (u64, SyncOnDrop<'a>)) -> Self {
+                let lent = Lent { ptr, len, _sync };
+                $view {
+                    lent,
+                    _elem: PhantomData,
+                }
+            }
+            /// The device address, for a params field.
+            pub fn ptr(&self) -> $ptr {
+                self.lent.ptr as usize as $ptr
+            }
+            /// Elements the view covers: check it against the extent the params describe.
+            pub fn len(&self) -> usize {
+                self.lent.len
+            }
+            pub fn is_empty(&self) -> bool {
+                self.lent.len == 0
+            }
+        }
+    };
+}
+lent_view!(DeviceView, *const T);
+lent_view!(DeviceViewMut, *mut T);
 
 /// The typed runtime's [`Stream`] on a cudarc stream: its calls are enqueued there.
 ///

@@ -14,7 +14,7 @@
 //! tests `tests/decode.rs`.
 
 use crate::backend::Backend;
-use crate::checks::{check_kernel_head_dim, check_slots};
+use crate::checks::{check_count, check_kernel_head_dim, check_slots};
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -44,6 +44,50 @@ pub struct DecodeInputs<'a, M: Memory = Host> {
     pub scale: f32,
     pub qk_l2norm: bool,
 }
+
+// D's inputs as kernel R's token inputs (one token per row), for the checks and the params
+// the two kernels share. The fields are projections of `M` (invariant in their lifetime), so the
+// shortening to the step's lifetime is written per memory.
+macro_rules! decode_as_recurrent {
+    ($m:ty) => {
+        impl<'a> DecodeInputs<'a, $m> {
+            fn as_recurrent<'s>(
+                &self,
+                cu_seqlens: <$m as Memory>::Seqlens<'s>,
+                slots: <$m as Memory>::Slice<'s, i32>,
+            ) -> RecurrentInputs<'s, $m>
+            where
+                'a: 's,
+            {
+                let DecodeInputs {
+                    variant,
+                    dims,
+                    q,
+                    k,
+                    v,
+                    gate,
+                    scale,
+                    qk_l2norm,
+                } = *self;
+                let gate = gate.shorten();
+                RecurrentInputs {
+                    variant,
+                    dims,
+                    q,
+                    k,
+                    v,
+                    gate,
+                    cu_seqlens,
+                    slots,
+                    scale,
+                    qk_l2norm,
+                }
+            }
+        }
+    };
+}
+decode_as_recurrent!(Host);
+decode_as_recurrent!(Device);
 
 /// The rows of one decode step in device memory, as the stream's cursor calls produce them:
 /// `slots [B]` (-1 = null row), `positions [B]` (each row's cursor, written by
@@ -103,20 +147,7 @@ fn host_step<'a: 's, 's>(inp: &DecodeInputs<'a>, step: &'s DecodeStep) -> (Decod
         positions: &step.positions,
         force_flush: Some(&step.force_flush),
     };
-    let rinp = RecurrentInputs {
-        variant: inp.variant,
-        dims: inp.dims,
-        q: inp.q,
-        k: inp.k,
-        v: inp.v,
-        // Inputs are invariant in their lifetime (fields are projections): shortened to the step's.
-        gate: inp.gate.shorten(),
-        cu_seqlens: &step.cu_seqlens,
-        slots: &step.slots,
-        scale: inp.scale,
-        qk_l2norm: inp.qk_l2norm,
-    };
-    (rows, rinp)
+    (rows, inp.as_recurrent(&step.cu_seqlens, &step.slots))
 }
 
 /// The host call's checks: the ring's pool and step first (as before the device path existed),
@@ -180,16 +211,8 @@ fn check_row_lengths(batch: usize, positions: usize, force_flush: Option<usize>)
             got: format!("[{batch}]"),
         });
     }
-    for (tensor, len) in [("positions", positions), ("force_flush", force_flush.unwrap_or(batch))] {
-        if len != batch {
-            return Err(Error::Shape {
-                tensor,
-                expected: format!("[{batch}] (one per row)"),
-                got: format!("[{len}]"),
-            });
-        }
-    }
-    Ok(())
+    check_count("positions", positions, batch, "one per row")?;
+    check_count("force_flush", force_flush.unwrap_or(batch), batch, "one per row")
 }
 
 fn decode_kernel<M: Memory>(
@@ -415,21 +438,13 @@ impl Stream {
                 rows.slots.len() + 1,
             )
         };
-        let rinp = RecurrentInputs {
-            variant: inp.variant,
-            dims: inp.dims,
-            q: inp.q,
-            k: inp.k,
-            v: inp.v,
-            gate: inp.gate.shorten(),
-            cu_seqlens: DeviceSeqlens {
+        let rinp = inp.as_recurrent(
+            DeviceSeqlens {
                 cu: cu_seqlens,
                 max_seqlen: 1,
             },
-            slots: rows.slots,
-            scale: inp.scale,
-            qk_l2norm: inp.qk_l2norm,
-        };
+            rows.slots,
+        );
         check_decode(self.backend(), &rinp, pool, ring, rows, layer, o)?;
         decode_kernel(&Exec::on(self), &rinp, pool, ring, rows, layer, o)
     }

@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::checks::check_kernel_head_dim;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::kernels::params::{ring_read, Base};
+use crate::kernels::params::ring_replay;
 pub use crate::kernels::replay::Track;
 use crate::kernels::replay::{check_fold_args, replay_reference, Commit};
 use crate::memory::{Device, DeviceSlice, Memory, SliceRef, Stream};
@@ -149,7 +149,6 @@ pub(crate) fn fold_kernel<M: Memory>(
     commit: Commit<'_, M>,
     track: Option<Track<'_, M>>,
 ) -> Result<()> {
-    let s = ring.shape;
     let (track_slots, track_steps) = match &track {
         Some(t) => (
             exec.slice("track_slots", &t.slots)?,
@@ -161,21 +160,10 @@ pub(crate) fn fold_kernel<M: Memory>(
         Commit::Prefix(lens) => (exec.slice("accept_lens", lens)?, std::ptr::null(), 0),
         Commit::Path { paths, width, .. } => (std::ptr::null(), exec.slice("accept_paths", paths)?, *width as i32),
     };
-    let base = Base {
-        state: exec.store_mut("pool", pool.storage_mut())?,
-        slots: exec.slice("slots", slots)?,
-        batch: slots.len(),
-        num_slots: s.slots,
-        num_layers: s.layers,
-        layer: 0,
-        dims: s.dims,
-        dtype: s.dtype,
-        variant: s.variant,
-        qk_l2norm: ring.l2norm,
-    };
+    let (base, ring_params) = ring_replay(exec, pool, ring, slots, 0)?;
     let mut params = ffi::rssm_fold_params {
-        base: base.to_ffi(exec),
-        ring: ring_read(exec, ring)?,
+        base,
+        ring: ring_params,
         accept_lens,
         track_slots,
         track_steps,

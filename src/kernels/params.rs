@@ -7,6 +7,7 @@ use crate::ffi;
 use crate::memory::Memory;
 use crate::problem::{HeadDims, Variant};
 use crate::runtime::launch::Exec;
+use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::SpecRing;
 
 /// What a launch's params base says, before it becomes `rssm_base_params`.
@@ -77,4 +78,29 @@ pub(crate) fn ring_write<M: Memory>(exec: &Exec, ring: Option<&mut SpecRing<M>>)
             ..Default::default()
         },
     })
+}
+
+/// The base and ring parts of a replay from the spec ring (F over every layer: `layer` 0; P: its
+/// layer): the pool, the batch's slots and the ring's shape.
+pub(crate) fn ring_replay<M: Memory>(
+    exec: &Exec,
+    pool: &mut CheckpointPool<M>,
+    ring: &SpecRing<M>,
+    slots: &M::Slice<'_, i32>,
+    layer: usize,
+) -> Result<(ffi::rssm_base_params, ffi::rssm_ring_params)> {
+    let s = ring.shape;
+    let base = Base {
+        state: exec.store_mut("pool", pool.storage_mut())?,
+        slots: exec.slice("slots", slots)?,
+        batch: crate::memory::SliceRef::len(slots),
+        num_slots: s.slots,
+        num_layers: s.layers,
+        layer,
+        dims: s.dims,
+        dtype: s.dtype,
+        variant: s.variant,
+        qk_l2norm: ring.l2norm,
+    };
+    Ok((base.to_ffi(exec), ring_read(exec, ring)?))
 }

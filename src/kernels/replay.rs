@@ -6,10 +6,10 @@
 //! tests: `tests/replay.rs`.
 
 use crate::backend::Backend;
-use crate::checks::{check_kernel_head_dim, check_slots};
+use crate::checks::{check_count, check_kernel_head_dim, check_slots};
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::kernels::params::{ring_read, Base};
+use crate::kernels::params::ring_replay;
 use crate::memory::{Device, DeviceSlice, Host, Memory, SliceRef, Stream};
 use crate::reference;
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
@@ -90,27 +90,14 @@ pub(crate) fn check_fold_args<M: Memory>(
     if let Some(s) = slots.host() {
         check_slots(s, b, shape.slots)?;
     }
-    if commit.rows() != b {
-        return Err(Error::Shape {
-            tensor: what,
-            expected: format!("[{b}] (one per request)"),
-            got: format!("[{}]", commit.rows()),
-        });
-    }
+    check_count(what, commit.rows(), b, "one per request")?;
     let lens = commit.host_lens();
     if let (Some(lens), Some(s)) = (lens, slots.host()) {
         crate::checks::indices::lengths(what, lens, s, shape.window as i32)?;
     }
     if let Some(t) = track {
-        for (tensor, len) in [("track_slots", t.slots.len()), ("track_steps", t.steps.len())] {
-            if len != b {
-                return Err(Error::Shape {
-                    tensor,
-                    expected: format!("[{b}] (one per request)"),
-                    got: format!("[{len}]"),
-                });
-            }
-        }
+        check_count("track_slots", t.slots.len(), b, "one per request")?;
+        check_count("track_steps", t.steps.len(), b, "one per request")?;
         if let (Some(ts), Some(st), Some(s), Some(lens)) = (t.slots.host(), t.steps.host(), slots.host(), lens) {
             crate::checks::indices::tracks(ts, st, s, lens, shape.slots as i32)?;
         }
@@ -193,22 +180,10 @@ fn replay_kernel<M: Memory>(
     slots: &M::Slice<'_, i32>,
     counts: &M::Slice<'_, i32>,
 ) -> Result<()> {
-    let s = ring.shape;
-    let base = Base {
-        state: exec.store_mut("pool", pool.storage_mut())?,
-        slots: exec.slice("slots", slots)?,
-        batch: slots.len(),
-        num_slots: s.slots,
-        num_layers: s.layers,
-        layer,
-        dims: s.dims,
-        dtype: s.dtype,
-        variant: s.variant,
-        qk_l2norm: ring.l2norm,
-    };
+    let (base, ring_params) = ring_replay(exec, pool, ring, slots, layer)?;
     let mut params = ffi::rssm_replay_params {
-        base: base.to_ffi(exec),
-        ring: ring_read(exec, ring)?,
+        base,
+        ring: ring_params,
         counts: exec.slice("counts", counts)?,
     };
     crate::tuning::apply(crate::tuning::Kernel::P, &mut params.base, params.ring.window);

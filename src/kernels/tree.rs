@@ -14,14 +14,14 @@
 //! depth at most [`MAX_TREE_NODES`]; any branching.
 
 use crate::backend::Backend;
+use crate::checks::check_count;
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::kernels::fold::{check_fold, fold_commit, fold_kernel};
 use crate::kernels::replay::{Commit, Track};
-use crate::kernels::verify::{validate_verify, verify_kernel, write_ring_reference, VerifyPlan};
+use crate::kernels::verify::{validate_verify, verify_kernel, verify_reference, VerifyPlan};
 use crate::limits::MAX_TREE_NODES;
 use crate::memory::{Device, DeviceActViewMut, DeviceSlice, Stream};
-use crate::reference;
 use crate::runtime::launch::{on_host, Exec};
 use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::SpecRing;
@@ -66,13 +66,7 @@ impl DraftTree {
             }
         }
         let n = cu_seqlens[cu_seqlens.len() - 1] as usize;
-        if parent.len() != n {
-            return Err(Error::Shape {
-                tensor: "parent",
-                expected: format!("[{n}] (one per token)"),
-                got: format!("[{}]", parent.len()),
-            });
-        }
+        check_count("parent", parent.len(), n, "one per token")?;
         for (r, w) in cu_seqlens.windows(2).enumerate() {
             for i in 0..(w[1] - w[0]) as usize {
                 let p = parent[w[0] as usize + i];
@@ -208,13 +202,7 @@ impl AcceptedPaths {
     /// The root paths of request `b`'s deepest accepted node `accepted[b]` (`None` = nothing
     /// accepted), padded to the longest of them.
     pub fn from_nodes(tree: &DraftTree, accepted: &[Option<usize>]) -> Result<Self> {
-        if accepted.len() != tree.requests() {
-            return Err(Error::Shape {
-                tensor: "accepted nodes",
-                expected: format!("[{}] (one per request)", tree.requests()),
-                got: format!("[{}]", accepted.len()),
-            });
-        }
+        check_count("accepted nodes", accepted.len(), tree.requests(), "one per request")?;
         let mut rows = vec![];
         for (b, a) in accepted.iter().enumerate() {
             rows.push(match *a {
@@ -269,21 +257,7 @@ pub fn verify_tree(
     tree.check_matches(inp.cu_seqlens)?;
     let plan = validate_verify(backend, inp, pool, layer, o, ring.as_deref())?;
     match backend {
-        Backend::Reference => {
-            let d = inp.dims;
-            let p = pool.shape();
-            let layer_pool = &pool.state()[p.offset(layer, 0)..p.offset(layer + 1, 0)];
-            let out = reference::tree_outputs::<f32>(inp, tree.parent(), layer_pool);
-            let row = d.hv * d.v;
-            for tok in 0..inp.q.tokens {
-                for i in 0..row {
-                    o.set(tok, i, out[tok * row + i]);
-                }
-            }
-            if let Some(r) = ring.as_deref_mut() {
-                write_ring_reference(inp, layer, r);
-            }
-        }
+        Backend::Reference => verify_reference(inp, Some(tree.parent()), pool, layer, o, ring.as_deref_mut()),
         Backend::Emulated | Backend::Cuda => on_host(backend, "verify", |exec| {
             verify_kernel(exec, inp, Some(tree.parent()), pool, layer, &plan, o, ring)
         })?,
@@ -362,13 +336,7 @@ impl Stream {
         ring: Option<&mut SpecRing<Device>>,
     ) -> Result<VerifyPlan> {
         let plan = validate_verify(self.backend(), inp, pool, layer, o, ring.as_deref())?;
-        if parent.len() != plan.num_tokens {
-            return Err(Error::Shape {
-                tensor: "parent",
-                expected: format!("[{}] (one per token)", plan.num_tokens),
-                got: format!("[{}]", parent.len()),
-            });
-        }
+        check_count("parent", parent.len(), plan.num_tokens, "one per token")?;
         if plan.max_seqlen > MAX_TREE_NODES {
             return Err(tree_error(format!(
                 "max_seqlen = {}: the tree kernels take at most {MAX_TREE_NODES} nodes per request",

@@ -99,7 +99,7 @@ pub fn verify(
 ) -> Result<VerifyPlan> {
     let plan = validate_verify(backend, inp, pool, layer, o, ring.as_deref())?;
     match backend {
-        Backend::Reference => verify_reference(inp, pool, layer, o, ring.as_deref_mut()),
+        Backend::Reference => verify_reference(inp, None, pool, layer, o, ring.as_deref_mut()),
         Backend::Emulated | Backend::Cuda => on_host(backend, "verify", |exec| {
             verify_kernel(exec, inp, None, pool, layer, &plan, o, ring)
         })?,
@@ -193,6 +193,7 @@ pub(crate) fn verify_params<M: Memory>(
 /// The Reference verify: the f32 recurrence from the checkpoint (outputs), raw ring records.
 pub(crate) fn verify_reference(
     inp: &RecurrentInputs<'_>,
+    parent: Option<&[i32]>,
     pool: &CheckpointPool,
     layer: usize,
     o: &mut ActViewMut<'_>,
@@ -201,11 +202,15 @@ pub(crate) fn verify_reference(
     let d = inp.dims;
     let p = pool.shape();
     let layer_pool = &pool.state()[p.offset(layer, 0)..p.offset(layer + 1, 0)];
-    let res = reference::recurrent::<f32>(inp, layer_pool);
+    // A chain is the recurrence; a tree follows each node's root path.
+    let out = match parent {
+        None => reference::recurrent::<f32>(inp, layer_pool).o,
+        Some(parent) => reference::tree_outputs::<f32>(inp, parent, layer_pool),
+    };
     let row = d.hv * d.v;
     for tok in 0..inp.q.tokens {
         for i in 0..row {
-            o.set(tok, i, res.o[tok * row + i]);
+            o.set(tok, i, out[tok * row + i]);
         }
     }
     if let Some(ring) = ring {

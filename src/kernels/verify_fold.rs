@@ -16,6 +16,7 @@
 //! V's reference; tests: `tests/verify_fold.rs`.
 
 use crate::backend::Backend;
+use crate::checks::check_count;
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -24,7 +25,6 @@ use crate::kernels::replay::{replay_reference, Commit, Track};
 use crate::kernels::tree::{AcceptedPaths, DraftTree};
 use crate::kernels::verify::{validate_verify, verify_params, verify_reference, write_ring_reference_at, VerifyPlan};
 use crate::memory::{ActLayout, Device, DeviceActViewMut, DeviceSlice, DeviceSliceMut, Memory, SliceRef, Stream};
-use crate::reference;
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::deferred_ring::DeferredRing;
 use crate::state::pool::CheckpointPool;
@@ -54,15 +54,8 @@ pub fn validate_verify_fold<M: Memory>(
         });
     }
     if let Some(t) = track {
-        for (tensor, len) in [("track_slots", t.slots.len()), ("track_steps", t.steps.len())] {
-            if len != plan.batch {
-                return Err(Error::Shape {
-                    tensor,
-                    expected: format!("[{}] (one per request)", plan.batch),
-                    got: format!("[{len}]"),
-                });
-            }
-        }
+        check_count("track_slots", t.slots.len(), plan.batch, "one per request")?;
+        check_count("track_steps", t.steps.len(), plan.batch, "one per request")?;
     }
     Ok(plan)
 }
@@ -138,20 +131,7 @@ fn verify_fold_host(
                 lens: Some(&lens),
             };
             replay_reference(pool.state_mut(), &dring.ring, layer, slots, commit, track.as_ref());
-            match tree {
-                None => verify_reference(inp, pool, layer, o, None),
-                Some(tree) => {
-                    let (d, p) = (inp.dims, pool.shape());
-                    let layer_pool = &pool.state()[p.offset(layer, 0)..p.offset(layer + 1, 0)];
-                    let out = reference::tree_outputs::<f32>(inp, tree.parent(), layer_pool);
-                    let row = d.hv * d.v;
-                    for tok in 0..inp.q.tokens {
-                        for i in 0..row {
-                            o.set(tok, i, out[tok * row + i]);
-                        }
-                    }
-                }
-            }
+            verify_reference(inp, tree.map(DraftTree::parent), pool, layer, o, None);
             // The new window goes to the half the pending records are not in.
             let (w, e) = (dring.window(), dring.entry_len());
             let halves: Vec<usize> = slots
@@ -190,13 +170,7 @@ impl Stream {
     ) -> Result<VerifyPlan> {
         let plan = validate_verify_fold(self.backend(), inp, pool, layer, o, dring, track.as_ref())?;
         if let Some(p) = &parent {
-            if p.len() != plan.num_tokens {
-                return Err(Error::Shape {
-                    tensor: "parent",
-                    expected: format!("[{}] (one per token)", plan.num_tokens),
-                    got: format!("[{}]", p.len()),
-                });
-            }
+            check_count("parent", p.len(), plan.num_tokens, "one per token")?;
         }
         verify_fold_kernel(&Exec::on(self), inp, parent, pool, layer, &plan, o, dring, track)?;
         Ok(plan)
@@ -211,7 +185,7 @@ impl Stream {
         slots: DeviceSlice<'_, i32>,
         accept_lens: DeviceSlice<'_, i32>,
     ) -> Result<()> {
-        rows_match(slots.len(), "accept_lens", accept_lens.len())?;
+        check_count("accept_lens", accept_lens.len(), slots.len(), "")?;
         defer_kernel(self, dring, ffi::rssm_defer_op_RSSM_DEFER_COMMIT, &slots, |exec, p| {
             p.accept_lens = exec.slice("accept_lens", &accept_lens)?;
             Ok(())
@@ -253,7 +227,7 @@ impl Stream {
     ) -> Result<()> {
         dring.check_pool(pool)?;
         let w = dring.window();
-        rows_match(slots.len() * w, "paths (scratch, [B, W])", paths.len())?;
+        check_count("paths (scratch, [B, W])", paths.len(), slots.len() * w, "")?;
         defer_kernel(self, dring, ffi::rssm_defer_op_RSSM_DEFER_GATHER, &slots, |exec, p| {
             p.paths = exec.slice_mut("paths", &mut paths)?;
             Ok(())
@@ -272,17 +246,6 @@ impl Stream {
     pub fn defer_reset(&self, dring: &mut DeferredRing<Device>, slots: DeviceSlice<'_, i32>) -> Result<()> {
         defer_kernel(self, dring, ffi::rssm_defer_op_RSSM_DEFER_RESET, &slots, |_, _| Ok(()))
     }
-}
-
-fn rows_match(want: usize, tensor: &'static str, got: usize) -> Result<()> {
-    if want != got {
-        return Err(Error::Shape {
-            tensor,
-            expected: format!("[{want}]"),
-            got: format!("[{got}]"),
-        });
-    }
-    Ok(())
 }
 
 /// Launches the pending-table kernel with `op`; `fill` sets the op's arrays.

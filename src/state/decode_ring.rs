@@ -350,26 +350,12 @@ impl DecodeRing<Host> {
         // Every check before the step changes: a refused call leaves `step` as it was.
         match force {
             ForceFlush::None => {}
-            ForceFlush::Rows(f) => {
-                if f.len() != slots.len() {
-                    return Err(Error::Shape {
-                        tensor: "force_flush",
-                        expected: format!("[{}] (one per row)", slots.len()),
-                        got: format!("[{}]", f.len()),
-                    });
-                }
-            }
+            ForceFlush::Rows(f) => crate::checks::check_count("force_flush", f.len(), slots.len(), "one per row")?,
             ForceFlush::TrackInterval {
                 seq_lens_after,
                 interval,
             } => {
-                if seq_lens_after.len() != slots.len() {
-                    return Err(Error::Shape {
-                        tensor: "seq_lens_after",
-                        expected: format!("[{}] (one per row)", slots.len()),
-                        got: format!("[{}]", seq_lens_after.len()),
-                    });
-                }
+                crate::checks::check_count("seq_lens_after", seq_lens_after.len(), slots.len(), "one per row")?;
                 if interval == 0 {
                     return Err(Error::InvalidValue {
                         what: "track interval",

@@ -185,13 +185,7 @@ impl DeferredRing<Host> {
     /// of the window VF just wrote.
     pub fn commit(&mut self, slots: &[i32], accept_lens: &[i32]) -> Result<()> {
         self.check_rows(slots)?;
-        if accept_lens.len() != slots.len() {
-            return Err(Error::Shape {
-                tensor: "accept_lens",
-                expected: format!("[{}] (one per request)", slots.len()),
-                got: format!("[{}]", accept_lens.len()),
-            });
-        }
+        crate::checks::check_count("accept_lens", accept_lens.len(), slots.len(), "one per request")?;
         let w = self.window as i32;
         crate::checks::indices::lengths("accept_lens", accept_lens, slots, w)?;
         for (b, &slot) in slots.iter().enumerate().filter(|(_, &s)| s >= 0) {

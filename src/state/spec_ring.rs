@@ -5,7 +5,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::{ActStorage, Device, DeviceAct, DeviceVec, Host, Location, Memory, Storage, Stream};
 use crate::problem::{HeadDims, Variant};
-use crate::state::pool::CheckpointPool;
+use crate::state::pool::{CheckpointPool, PoolShape};
 
 /// Geometry of a checkpoint pool and its spec ring: `layers` x `slots` x window `W`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,23 +30,46 @@ impl RingShape {
                 ),
             });
         }
-        if self.slots > i32::MAX as usize || self.layers > 65535 || self.window > 1 << 16 {
+        self.pool().validate()?;
+        if self.window > 1 << 16 {
             return Err(Error::InvalidValue {
                 what: "ring shape",
-                why: format!("{self:?} exceeds the index limits"),
+                why: format!("window = {} exceeds the index limit 65536", self.window),
             });
         }
         Ok(())
     }
 
-    /// Elements of the checkpoint pool `[NL, NS, HV, V, K]`.
+    /// The ring of a pool of shape `pool`, with window `W` and act dtype `dtype`.
+    pub fn of_pool(pool: PoolShape, window: usize, dtype: DType) -> RingShape {
+        RingShape {
+            variant: pool.variant,
+            dims: pool.dims,
+            dtype,
+            layers: pool.layers,
+            slots: pool.slots,
+            window,
+        }
+    }
+
+    /// The shape of the checkpoint pool `[NL, NS, HV, V, K]` the ring belongs to.
+    pub fn pool(&self) -> PoolShape {
+        PoolShape {
+            variant: self.variant,
+            dims: self.dims,
+            layers: self.layers,
+            slots: self.slots,
+        }
+    }
+
+    /// Elements of the checkpoint pool.
     pub fn pool_elems(&self) -> usize {
-        self.layers * self.slots * self.dims.state_elems()
+        self.pool().elems()
     }
 
     /// Offset of (layer, slot) in the pool.
     pub fn pool_offset(&self, layer: usize, slot: usize) -> usize {
-        (layer * self.slots + slot) * self.dims.state_elems()
+        self.pool().offset(layer, slot)
     }
 
     fn ls(&self, layer: usize, slot: usize) -> usize {
@@ -106,19 +129,7 @@ impl<M: Memory> SpecRing<M> {
     /// refused (design §5 P1) unless the pool was resolved with `--enable-linear-replayssm-spec`.
     pub fn for_pool(pool: &CheckpointPool<M>, window: usize, dtype: DType, l2norm: bool) -> Result<Self> {
         check_spec_pool(pool)?;
-        let p = pool.shape();
-        Self::poisoned_in(
-            pool.location(),
-            RingShape {
-                variant: p.variant,
-                dims: p.dims,
-                dtype,
-                layers: p.layers,
-                slots: p.slots,
-                window,
-            },
-            l2norm,
-        )
+        Self::poisoned_in(pool.location(), RingShape::of_pool(pool.shape(), window, dtype), l2norm)
     }
 
     fn poisoned_in(location: Location, shape: RingShape, l2norm: bool) -> Result<Self> {
@@ -211,15 +222,7 @@ impl SpecRing<Device> {
         let Location::Device(backend) = pool.location() else {
             unreachable!("a device pool is in device memory")
         };
-        let p = pool.shape();
-        let shape = RingShape {
-            variant: p.variant,
-            dims: p.dims,
-            dtype,
-            layers: p.layers,
-            slots: p.slots,
-            window,
-        };
+        let shape = RingShape::of_pool(pool.shape(), window, dtype);
         shape.validate()?;
         let d = shape.dims;
         let ls = shape.layers * shape.slots * shape.window;

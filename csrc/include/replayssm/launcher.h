@@ -1,6 +1,15 @@
-// What differs between the two compilations of a launch layer (.cu): the exported name, whether
-// 16-byte vector loads require aligned bases, and which status a failed launch maps to.
+// What every launch layer (.cu) shares: the two compilations' differences (the exported name,
+// whether 16-byte vector loads require aligned bases, which status a failed launch maps to),
+// the row-tiled grid and the launch helpers. An entry checks first (can_implement reads a null
+// params pointer safely), then dereferences.
 #pragma once
+
+#include <stddef.h>
+
+#include "replayssm/can_implement.h"
+#include "replayssm/device/tiling.cuh"
+#include "replayssm/dispatch.h"
+#include "replayssm/layout.h"
 
 #if defined(RSSM_EMULATION)
 #define RSSM_ENTRY(name) rssm_emu_##name
@@ -11,3 +20,31 @@
 #define RSSM_VECTOR_ALIGNED true
 #define RSSM_LAUNCH_FAILED RSSM_ERR_LAUNCH
 #endif
+
+namespace rssm {
+
+// One block per `rows` state rows of a value head (times `layers` where one launch covers every
+// layer), per value head, per request.
+inline dim3 row_grid(const rssm_base_params &b, int rows = RowTiling::kRowsPerBlock, int layers = 1) {
+  return dim3(unsigned((b.V + rows - 1) / rows) * unsigned(layers), unsigned(b.HV), unsigned(b.batch));
+}
+
+// Launches a RowTiling kernel on the caller's stream with `smem` bytes of dynamic shared memory
+// (opted in above 48 KB); the launch's error as int.
+template <class Kernel, class Params>
+int launch_rows(Kernel kernel, dim3 grid, size_t smem, void *stream, const Params &p) {
+  const int err = RSSM_ALLOW_SMEM(kernel, smem);
+  if (err != 0) return err;
+  return RSSM_LAUNCH(kernel, grid, dim3(RowTiling::kThreads), smem, stream, p);
+}
+
+// A launch's error as this compilation's status.
+inline rssm_status launched(int err) { return err == 0 ? RSSM_OK : RSSM_LAUNCH_FAILED; }
+
+// A bookkeeping kernel (cursors, defer): one thread per row of the batch.
+template <int kThreads, class Kernel, class Params> rssm_status launch_per_row(Kernel kernel, void *stream, const Params &p) {
+  const dim3 blocks(unsigned((p.batch + kThreads - 1) / kThreads));
+  return launched(RSSM_LAUNCH(kernel, blocks, dim3(kThreads), 0, stream, p));
+}
+
+}  // namespace rssm

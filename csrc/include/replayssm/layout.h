@@ -1,5 +1,6 @@
-// Pins the ABI of every params struct: the params base and its parts once, then where each kernel
-// puts them. src/ffi.rs asserts the same numbers on the Rust side.
+// Generated from src/ffi.rs's layout table by tests/header.rs; do not edit (regenerate with
+// `REPLAYSSM_BLESS=1 cargo test --test header`). Pins the ABI of every params struct on the
+// C++ side with the numbers the Rust side asserts.
 #pragma once
 
 #include <stddef.h>
@@ -102,12 +103,6 @@ RSSM_ASSERT_OFFSET(rssm_decode_params, ring_g, 264);
 RSSM_ASSERT_OFFSET(rssm_decode_params, cache_len, 272);
 RSSM_ASSERT_OFFSET(rssm_decode_params, reserved, 276);
 
-static_assert(sizeof(rssm_verify_fold_params) == 320, "rssm_verify_fold_params size changed");
-RSSM_ASSERT_OFFSET(rssm_verify_fold_params, verify, 0);
-RSSM_ASSERT_OFFSET(rssm_verify_fold_params, pending, 296);
-RSSM_ASSERT_OFFSET(rssm_verify_fold_params, track_slots, 304);
-RSSM_ASSERT_OFFSET(rssm_verify_fold_params, track_steps, 312);
-
 static_assert(sizeof(rssm_cursor_params) == 56, "rssm_cursor_params size changed");
 RSSM_ASSERT_OFFSET(rssm_cursor_params, cursors, 0);
 RSSM_ASSERT_OFFSET(rssm_cursor_params, slots, 8);
@@ -118,6 +113,12 @@ RSSM_ASSERT_OFFSET(rssm_cursor_params, batch, 40);
 RSSM_ASSERT_OFFSET(rssm_cursor_params, num_slots, 44);
 RSSM_ASSERT_OFFSET(rssm_cursor_params, cache_len, 48);
 RSSM_ASSERT_OFFSET(rssm_cursor_params, op, 52);
+
+static_assert(sizeof(rssm_verify_fold_params) == 320, "rssm_verify_fold_params size changed");
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, verify, 0);
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, pending, 296);
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, track_slots, 304);
+RSSM_ASSERT_OFFSET(rssm_verify_fold_params, track_steps, 312);
 
 static_assert(sizeof(rssm_defer_params) == 72, "rssm_defer_params size changed");
 RSSM_ASSERT_OFFSET(rssm_defer_params, pending, 0);
