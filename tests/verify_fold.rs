@@ -611,6 +611,7 @@ fn device_protocol(backend: Backend) {
             replayssm::verify_fold(
                 backend,
                 &w.inputs(),
+                None,
                 &mut pool,
                 l,
                 &mut o.dense_mut(n, 16),

@@ -60,38 +60,6 @@ pub fn validate_verify_fold<M: Memory>(
     Ok(plan)
 }
 
-/// Kernel VF on host memory (Reference or Emulated), linear chains: folds each live slot's
-/// pending records into its checkpoint (layer `layer`; track snapshots as F's), then verifies the
-/// new window from it. On device memory: [`Stream::verify_fold`].
-pub fn verify_fold(
-    backend: Backend,
-    inp: &RecurrentInputs<'_>,
-    pool: &mut CheckpointPool,
-    layer: usize,
-    o: &mut ActViewMut<'_>,
-    dring: &mut DeferredRing,
-    track: Option<Track<'_>>,
-) -> Result<VerifyPlan> {
-    verify_fold_host(backend, inp, None, pool, layer, o, dring, track)
-}
-
-/// [`verify_fold`] of a draft tree (the verify half is VT's; commit the step with
-/// [`DeferredRing::commit_paths`]).
-#[allow(clippy::too_many_arguments)]
-pub fn verify_fold_tree(
-    backend: Backend,
-    inp: &RecurrentInputs<'_>,
-    tree: &DraftTree,
-    pool: &mut CheckpointPool,
-    layer: usize,
-    o: &mut ActViewMut<'_>,
-    dring: &mut DeferredRing,
-    track: Option<Track<'_>>,
-) -> Result<VerifyPlan> {
-    tree.check_matches(inp.cu_seqlens)?;
-    verify_fold_host(backend, inp, Some(tree), pool, layer, o, dring, track)
-}
-
 /// Each row's pending records as F's path commit: lengths and `[B, W]` ring positions.
 fn pending_rows(dring: &DeferredRing, slots: &[i32]) -> Result<(Vec<i32>, Vec<i32>)> {
     let w = dring.window();
@@ -105,8 +73,12 @@ fn pending_rows(dring: &DeferredRing, slots: &[i32]) -> Result<(Vec<i32>, Vec<i3
     Ok((lens, paths))
 }
 
+/// Kernel VF on host memory (Reference or Emulated): folds each live slot's pending records
+/// into its checkpoint (layer `layer`; track snapshots as F's), then verifies the new window
+/// from it, as a linear chain or, with `tree`, as a draft tree (the verify half is VT's; commit
+/// the step with [`DeferredRing::commit_paths`]). On device memory: [`Stream::verify_fold`].
 #[allow(clippy::too_many_arguments)]
-fn verify_fold_host(
+pub fn verify_fold(
     backend: Backend,
     inp: &RecurrentInputs<'_>,
     tree: Option<&DraftTree>,
@@ -116,6 +88,9 @@ fn verify_fold_host(
     dring: &mut DeferredRing,
     track: Option<Track<'_>>,
 ) -> Result<VerifyPlan> {
+    if let Some(t) = tree {
+        t.check_matches(inp.cu_seqlens)?;
+    }
     let plan = validate_verify_fold(backend, inp, pool, layer, o, dring, track.as_ref())?;
     match backend {
         Backend::Reference => {

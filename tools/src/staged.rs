@@ -303,7 +303,7 @@ pub fn verify_fold(
     track: Option<Track<'_>>,
 ) -> Result<VerifyPlan> {
     if backend != Backend::Cuda {
-        return replayssm::verify_fold(backend, inp, pool, layer, o, dring, track);
+        return replayssm::verify_fold(backend, inp, None, pool, layer, o, dring, track);
     }
     replayssm::kernels::verify_fold::validate_verify_fold(backend, inp, pool, layer, o, dring, track.as_ref())?;
     let up = Up::new()?;
