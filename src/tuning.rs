@@ -43,6 +43,8 @@ pub enum Kernel {
     P,
     /// Buffered decode (materialise has one implementation).
     D,
+    /// The deferred fold (fold-then-verify).
+    VF,
 }
 
 impl fmt::Display for Kernel {
@@ -57,7 +59,8 @@ impl fmt::Display for Kernel {
 pub enum Impl {
     /// V: one block per 16 rows; F, P: records read in the step loop; the only one of D.
     Default,
-    /// V: window built once per block, state streamed over `block_rows` rows.
+    /// V, VF: window built once per block, state streamed over `block_rows` rows (VF: each row
+    /// folded with F's operations before its verify).
     Staged,
     /// F, P: the request's records staged in shared memory before the step loop.
     Prefetch,
@@ -93,7 +96,7 @@ impl Choice {
     pub fn all(kernel: Kernel) -> Vec<Choice> {
         let c = |imp, block_rows| Choice { imp, block_rows };
         match kernel {
-            Kernel::V => vec![
+            Kernel::V | Kernel::VF => vec![
                 Choice::DEFAULT,
                 c(Impl::Staged, 0),
                 c(Impl::Staged, 16),
@@ -341,7 +344,9 @@ impl Table {
             if e.variant != "gdn" && e.variant != "kda" {
                 return Err(bad(format!("variant {:?} is neither \"gdn\" nor \"kda\"", e.variant)));
             }
-            let staged_rows = e.kernel == Kernel::V && e.choice.imp == Impl::Staged && e.choice.block_rows % 16 == 0;
+            let staged_rows = matches!(e.kernel, Kernel::V | Kernel::VF)
+                && e.choice.imp == Impl::Staged
+                && e.choice.block_rows % 16 == 0;
             if !(Choice::all(e.kernel).contains(&e.choice) || staged_rows) {
                 return Err(bad(format!("kernel {} has no implementation {}", e.kernel, e.choice)));
             }
@@ -486,24 +491,27 @@ pub fn fits(key: &Key, choice: Choice) -> bool {
     let kda = key.kda as i32;
     match (key.kernel, choice.imp) {
         (_, Impl::Default) => choice.block_rows == 0,
-        (Kernel::V, Impl::Staged) => {
+        (Kernel::V | Kernel::VF, Impl::Staged) => {
             // (The size query takes only launchable shapes: a garbage V or window is the params
             // checks' to refuse, never arithmetic here.)
-            key.v <= crate::limits::MAX_V
+            let launchable = key.v <= crate::limits::MAX_V
                 && key.k <= 256
                 && key.window <= crate::limits::MAX_VERIFY_WINDOW
                 && choice.block_rows % 16 == 0
-                && choice.block_rows as usize <= crate::limits::MAX_V
-                // SAFETY: a pure size computation.
-                && unsafe {
-                    ffi::rssm_verify_staged_smem_bytes(
-                        key.window as i32,
-                        key.k as i32,
-                        kda,
-                        choice.block_rows as i32,
-                        key.v as i32,
-                    )
-                } <= ffi::RSSM_VERIFY_STAGED_MAX_SMEM as i64
+                && choice.block_rows as usize <= crate::limits::MAX_V;
+            let (t, k, rows, v) = (key.window as i32, key.k as i32, choice.block_rows as i32, key.v as i32);
+            // SAFETY: pure size computations. VF's is taken at the largest ring (two windows of
+            // MAX_VERIFY_WINDOW records), so a fit holds for every ring of the call's shape.
+            let smem = || unsafe {
+                match key.kernel {
+                    Kernel::VF => {
+                        let ring = 2 * crate::limits::MAX_VERIFY_WINDOW as i32;
+                        ffi::rssm_verify_fold_staged_smem_bytes(t, ring, k, kda, rows, v)
+                    }
+                    _ => ffi::rssm_verify_staged_smem_bytes(t, k, kda, rows, v),
+                }
+            };
+            launchable && smem() <= ffi::RSSM_VERIFY_STAGED_MAX_SMEM as i64
         }
         (Kernel::F | Kernel::P, Impl::Prefetch) => {
             choice.block_rows == 0 && key.window <= crate::limits::MAX_VERIFY_WINDOW

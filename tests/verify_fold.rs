@@ -100,7 +100,11 @@ fn chain_once(
     // Per row: the track F stored at the row's last live step, which VF stores when it folds
     // that step (the row's next live step), or -1.
     let mut pending_track: Vec<(i32, i32)> = vec![(-1, -1); batch];
-    let v_default = tuning::forced(Kernel::V).is_none_or(|c| c == Choice::DEFAULT);
+    // VF's outputs are V's bits when both run their default (DEFAULT V's phase 4 on F's state);
+    // a staged one is V's within V's tolerance.
+    let v_default = [Kernel::V, Kernel::VF]
+        .iter()
+        .all(|&k| tuning::forced(k).is_none_or(|c| c == Choice::DEFAULT));
     let (mut folded, mut flushes, mut tracks) = (0usize, 0usize, 0usize);
     for step in 0..steps {
         // Null rows now and then (the same in every world).
@@ -276,6 +280,29 @@ fn vf_is_bit_identical_to_v_plus_f_and_recurrent_over_10000_steps_kda() {
 }
 
 #[test]
+fn staged_vf_is_bit_identical_to_v_plus_f_and_recurrent_over_10000_steps() {
+    let seed = 182 + std::process::id() as u64;
+    let _v = tuning::force(Kernel::V, Choice::DEFAULT);
+    for (variant, dtype, vf) in [
+        (Variant::Gdn, DType::BF16, Choice::all(Kernel::VF)[1]),
+        (Variant::Kda, DType::F16, Choice::all(Kernel::VF)[2]),
+    ] {
+        println!("{variant} {dtype}: VF {vf}");
+        let _vf = tuning::force(Kernel::VF, vf);
+        chain_once(
+            Backend::Emulated,
+            variant,
+            SMALL,
+            dtype,
+            1,
+            2,
+            chain_steps(10_000),
+            seed,
+        );
+    }
+}
+
+#[test]
 fn vf_with_three_requests_two_layers_gqa_and_every_f_and_v_implementation() {
     let dims = HeadDims {
         h: 2,
@@ -312,12 +339,13 @@ struct RawVf {
     ring_beta: Vec<f32>,
     pending: Vec<i32>,
     error_word: u32,
+    choice: Choice,
 }
 
 const RAW_W: usize = 4;
 
 impl RawVf {
-    fn new(seed: u64) -> RawVf {
+    fn new(seed: u64, choice: Choice) -> RawVf {
         let dims = HeadDims {
             h: 1,
             hv: 2,
@@ -347,6 +375,7 @@ impl RawVf {
             pending,
             error_word: 0,
             data,
+            choice,
         }
     }
 
@@ -371,6 +400,8 @@ impl RawVf {
                 dtype: ffi::rssm_dtype_RSSM_DTYPE_F32 as i32,
                 variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
                 qk_l2norm: 1,
+                impl_: self.choice.imp.to_ffi(),
+                block_rows: self.choice.block_rows as i32,
                 ..Default::default()
             },
             tokens: ffi::rssm_token_params {
@@ -414,10 +445,17 @@ impl RawVf {
 /// Garbage in a slot's pending entry (a count past W or negative, a half that is neither 0 nor 1,
 /// positions outside the half or out of order) is flagged in the error word; that request is
 /// skipped (its checkpoint, its ring records and every other slot untouched, its outputs zero)
-/// while the other request is served as with a clean table.
+/// while the other request is served as with a clean table. Every implementation of VF.
 #[test]
 fn garbage_pending_entries_are_flagged_and_the_row_skipped() {
-    let mut clean = RawVf::new(41);
+    for choice in Choice::all(Kernel::VF).into_iter().take(3) {
+        println!("VF {choice}");
+        garbage_pending_entries(choice);
+    }
+}
+
+fn garbage_pending_entries(choice: Choice) {
+    let mut clean = RawVf::new(41, choice);
     assert_eq!(clean.launch(), ffi::rssm_status_RSSM_OK);
     assert_eq!(clean.error_word, 0, "a clean table flagged {:#x}", clean.error_word);
     let e = 2 + RAW_W;
@@ -439,7 +477,7 @@ fn garbage_pending_entries_are_flagged_and_the_row_skipped() {
         ),
     ];
     for (what, entry, bit) in cases {
-        let mut w = RawVf::new(41);
+        let mut w = RawVf::new(41, choice);
         w.pending[e..2 * e].copy_from_slice(&entry);
         let before = (w.state.clone(), w.ring_v.clone(), w.ring_k.clone(), w.ring_g.clone());
         assert_eq!(w.launch(), ffi::rssm_status_RSSM_OK, "{what}");
@@ -553,26 +591,30 @@ fn vf_chain_and_device_protocol_on_the_gpu() {
         k: 128,
         v: 128,
     };
-    chain_once(
-        Backend::Cuda,
-        Variant::Gdn,
-        dims,
-        DType::BF16,
-        2,
-        3,
-        chain_steps(2_000),
-        seed,
-    );
-    chain_once(
-        Backend::Cuda,
-        Variant::Kda,
-        dims,
-        DType::F16,
-        2,
-        3,
-        chain_steps(2_000),
-        seed + 1,
-    );
+    for vf in [Choice::DEFAULT, Choice::all(Kernel::VF)[1]] {
+        println!("VF {vf}");
+        let _vf = tuning::force(Kernel::VF, vf);
+        chain_once(
+            Backend::Cuda,
+            Variant::Gdn,
+            dims,
+            DType::BF16,
+            2,
+            3,
+            chain_steps(2_000),
+            seed,
+        );
+        chain_once(
+            Backend::Cuda,
+            Variant::Kda,
+            dims,
+            DType::F16,
+            2,
+            3,
+            chain_steps(2_000),
+            seed + 1,
+        );
+    }
     device_protocol(Backend::Cuda);
 }
 

@@ -312,13 +312,15 @@ pub unsafe extern "C" fn replayssm_verify_fold(
 ) -> replayssm_status {
     guard("replayssm_verify_fold", || {
         let (p, backend) = open(params, backend)?;
-        crate::checks::params::verify_fold(&p.kernel(), backend)?;
+        let mut kp = p.kernel();
+        crate::tuning::apply(Kernel::VF, &mut kp.verify.base, kp.verify.max_seqlen);
+        crate::checks::params::verify_fold(&kp, backend)?;
         launch!(
             "verify_fold",
             backend,
             rssm_verify_fold,
             rssm_emu_verify_fold,
-            p.kernel(),
+            kp,
             stream
         )
     })

@@ -328,7 +328,7 @@ fn implementation(kernel: crate::tuning::Kernel, b: &ffi::rssm_base_params, key:
     if !crate::tuning::fits(&key, choice) {
         return Err(bad(match (kernel, which) {
             (_, Impl::Default) => format!("block_rows = {block_rows}: the default implementation takes 0"),
-            (crate::tuning::Kernel::V, Impl::Staged) => format!(
+            (crate::tuning::Kernel::V | crate::tuning::Kernel::VF, Impl::Staged) => format!(
                 "impl = STAGED with block_rows = {block_rows}: it must be 0 or a multiple of 16, and the block's \
                  shared memory for T = {} positions over those rows of V = {} must fit {} bytes",
                 key.window,
@@ -628,15 +628,14 @@ fn pending_entry(entry: &[i32], w: usize, slot: i32) -> Check {
 /// then the two-window ring, the pending table and the track.
 pub(crate) fn verify_fold(p: &ffi::rssm_verify_fold_params, reach: impl Into<Reach>) -> Check {
     let reach: Reach = reach.into();
+    let b = &p.verify.base;
+    use crate::tuning::{Kernel, Key};
+    implementation(Kernel::VF, b, Key::of_launch(Kernel::VF, b, p.verify.max_seqlen))?;
+    // V's checks on the verify half; the implementation fields are VF's, checked above.
+    let mut v = p.verify;
+    (v.base.impl_, v.base.block_rows) = (0, 0);
+    verify(&v, reach)?;
     let v = &p.verify;
-    let b = &v.base;
-    if b.impl_ != 0 || b.block_rows != 0 {
-        return Err(bad(format!(
-            "verify.impl = {}, verify.block_rows = {}: VF has one implementation (0, 0)",
-            b.impl_, b.block_rows
-        )));
-    }
-    verify(v, reach)?;
     if v.ring.v.is_null() {
         return Err(bad(
             "VF writes the new window to the ring: set ring.v, ring.k, ring.g, ring.beta",

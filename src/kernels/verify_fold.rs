@@ -281,6 +281,7 @@ pub(crate) fn verify_fold_kernel<M: Memory>(
         Some(&mut dring.ring),
     )?;
     verify.base.state = exec.store_mut("pool", pool.storage_mut())?;
+    crate::tuning::apply(crate::tuning::Kernel::VF, &mut verify.base, verify.max_seqlen);
     let pending = exec.store("pending table", &dring.pending)?;
     let (track_slots, track_steps) = match &track {
         Some(t) => (

@@ -91,7 +91,10 @@ pub fn each_impl(backend: Backend, mut f: impl FnMut()) {
     let verify = Choice::all(Kernel::V);
     for (round, choice) in Choice::all(Kernel::F).into_iter().enumerate() {
         let v = verify[(round * 3) % verify.len()];
-        println!("implementations: F, P and D {choice}, V {v}");
+        // (VF's default runs in the long chains, which leave VF unforced.)
+        let vf = Choice::all(Kernel::VF)[1 + round];
+        println!("implementations: F, P and D {choice}, V {v}, VF {vf}");
+        let _vf = tuning::force(Kernel::VF, vf);
         let _f = tuning::force(Kernel::F, choice);
         let _p = tuning::force(Kernel::P, choice);
         let _v = tuning::force(Kernel::V, v);

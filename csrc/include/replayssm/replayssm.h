@@ -48,18 +48,20 @@ typedef enum rssm_impl {
   RSSM_IMPL_DEFAULT = 0,  /* V: one block per 16 state rows, window built per block.
                            * F, P: ring records read inside the step loop. D: token inputs
                            * loaded after the pending records; the only one of materialise. */
-  RSSM_IMPL_STAGED = 1,   /* V only: the window is built once per block and staged in shared
+  RSSM_IMPL_STAGED = 1,   /* V, VF: the window is built once per block and staged in shared
                            * memory, the checkpoint load issued first, `block_rows` rows streamed
                            * per block in passes of 16 with the next pass prefetched, 8 lanes per
-                           * row (3-level reductions), outputs staged and stored as vectors. */
+                           * row (3-level reductions), outputs staged and stored as vectors. VF:
+                           * the pending records staged too, each row folded (F's operations in
+                           * F's order) and stored before its verify. */
   RSSM_IMPL_PREFETCH = 2  /* F, P: the state load issued at entry, the request's ring records
                            * (keys normalised once per record) copied to shared memory up front;
                            * windows up to RSSM_MAX_VERIFY_WINDOW. D: the token's inputs loaded
                            * before the pending-record loop. */
 } rssm_impl;
 
-/* Most dynamic shared memory one STAGED verify block may use (its window arrays plus the v and
- * output tiles of its block_rows rows); below the H100/H200 opt-in maximum of 227 KB. */
+/* Most dynamic shared memory one STAGED verify (or VF) block may use (its window arrays plus the
+ * v and output tiles of its block_rows rows, VF's staged records); below the H100/H200 opt-in maximum of 227 KB. */
 #define RSSM_VERIFY_STAGED_MAX_SMEM (160 * 1024)
 
 /* Bits of the device-side error word: set by kernels that met a device-side index they could
@@ -357,6 +359,9 @@ int64_t rssm_verify_smem_bytes(int32_t max_seqlen, int32_t K, int32_t kda);
 /* The same for RSSM_IMPL_STAGED with block_rows (0 = the whole head of V rows), and for the
  * PREFETCH implementation of F and P with a ring of `window` records. */
 int64_t rssm_verify_staged_smem_bytes(int32_t max_seqlen, int32_t K, int32_t kda, int32_t block_rows, int32_t V);
+/* The same for a STAGED VF launch whose deferred ring holds 2 W positions (`ring_window`). */
+int64_t rssm_verify_fold_staged_smem_bytes(int32_t max_seqlen, int32_t ring_window, int32_t K, int32_t kda,
+                                           int32_t block_rows, int32_t V);
 int64_t rssm_replay_prefetch_smem_bytes(int32_t window, int32_t K, int32_t kda);
 
 /* Emulator diagnostics: the message of the last RSSM_ERR_EMULATOR on this thread. */

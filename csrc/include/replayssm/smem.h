@@ -29,6 +29,11 @@ inline RSSM_HOST_DEVICE int64_t verify_staged_smem_floats(int T, int K, bool kda
   return verify_smem_floats(T, K, kda) + T + int64_t(2) * T * rows;
 }
 
+// One STAGED VF block: staged V's arrays, then per pending record (at most W, one half of the
+// ring) its normalised key, decay factors, beta and the v values of the block's rows.
+inline RSSM_HOST_DEVICE int64_t verify_fold_staged_smem_floats(int T, int W, int K, bool kda, int rows) {
+  return verify_staged_smem_floats(T, K, kda, rows) + int64_t(W) * (K + (kda ? K : 1) + 1 + rows);
+}
 // RSSM_IMPL_PREFETCH of F and P: per ring record its normalised key, decay factors, beta and the
 // v values of the block's 16 rows.
 inline RSSM_HOST_DEVICE int64_t replay_prefetch_smem_floats(int window, int K, bool kda) {

@@ -1,4 +1,4 @@
-//! `replayssm bench --tune`: every implementation of every tunable case (V, F, P, D), each launched
+//! `replayssm bench --tune`: every implementation of every tunable case (V, F, P, D, VF), each launched
 //! through the same C ABI entries with its choice pinned (`replayssm::tuning::force`), checked,
 //! and on a GPU timed; the fastest per case becomes the tuning table's entry for that case's
 //! bucket (the format `replayssm::tuning` reads, `bench/autotune/h200.json`).
@@ -20,6 +20,7 @@ pub fn tunable(k: Kernel) -> Option<tuning::Kernel> {
         Kernel::F => Some(tuning::Kernel::F),
         Kernel::P => Some(tuning::Kernel::P),
         Kernel::DNonflush | Kernel::DFlush => Some(tuning::Kernel::D),
+        Kernel::VF => Some(tuning::Kernel::VF),
         _ => None,
     }
 }

@@ -111,7 +111,7 @@ pub enum RepeatsRule {
 }
 
 /// Every implementation the model covers (the bench's kernels at their launch shapes).
-pub const KERNELS: [Kernel; 12] = [
+pub const KERNELS: [Kernel; 13] = [
     k(
         "R-window",
         "-",
@@ -175,6 +175,15 @@ pub const KERNELS: [Kernel; 12] = [
         16,
         true,
         RepeatsRule::Unrolled,
+    ),
+    k(
+        "VF",
+        "staged",
+        "verify_fold_staged_kernel",
+        None,
+        0,
+        true,
+        RepeatsRule::Passes,
     ),
     k(
         "D-nonflush",

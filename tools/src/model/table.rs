@@ -1,5 +1,5 @@
 //! The model's tuning entries (`replayssm model --write-table`): for every bucket of the model
-//! shapes, the implementation of V, F and P the model ranks first, written where that is not the
+//! shapes, the implementation of V, F, P and VF the model ranks first, written where that is not the
 //! default (a bucket without an entry runs the default, which the model ranks first there).
 //! Measured entries already in the table stay: a device run outranks the model.
 //!
@@ -44,7 +44,7 @@ pub fn write_modelled(functions: &[Function], m: &Machine, table: &mut Table) ->
                     t,
                 };
                 let ps = predict(functions, m, &p);
-                for (case, kernel) in [("V", Kernel::V), ("F", Kernel::F), ("P", Kernel::P)] {
+                for (case, kernel) in [("V", Kernel::V), ("F", Kernel::F), ("P", Kernel::P), ("VF", Kernel::VF)] {
                     let Some(choice) = best(&ps, case).and_then(|b| choice_of(b.kernel.implementation)) else {
                         continue;
                     };

@@ -120,6 +120,36 @@ __device__ __forceinline__ void delta_rule_update(float (&s)[ROWS][EPL], const f
   delta_rule_update<EPL, ROWS, KDA>(s, k, decay, beta, v, u);
 }
 
+// delta_rule_update for one state row held by 8 lanes (staged VF): lane l8 holds, as group g,
+// the EPL channels lane l8 + 8 g holds in the warp layout. The same float operations in the same
+// order: each group's partial dot as that lane's, the butterfly's first two levels in registers
+// (xor 16 pairs groups 0 and 2, 1 and 3; xor 8 adds the two sums; float addition commutes, so
+// every lane of the warp layout holds these bits), then its last three levels across the 8
+// lanes. The row's bits are delta_rule_update's. Every lane of the warp calls it.
+template <int EPL, bool KDA>
+__device__ __forceinline__ void delta_rule_update_row8(float (&s)[4][EPL], const float (&k)[4][EPL],
+                                                       const Decay<EPL, KDA> (&decay)[4], float beta, float v) {
+  float part[4];
+  RSSM_UNROLL
+  for (int g = 0; g < 4; ++g) {
+    part[g] = 0.0f;
+    RSSM_UNROLL
+    for (int j = 0; j < EPL; ++j) {
+      s[g][j] = s[g][j] * decay[g][j];
+      part[g] = fmaf(s[g][j], k[g][j], part[g]);
+    }
+  }
+  float dot = (part[0] + part[2]) + (part[1] + part[3]);
+  RSSM_UNROLL
+  for (int offset = 4; offset > 0; offset >>= 1) dot += __shfl_xor_sync(kFullMask, dot, offset);
+  const float u = (v - dot) * beta;
+  RSSM_UNROLL
+  for (int g = 0; g < 4; ++g) {
+    RSSM_UNROLL
+    for (int j = 0; j < EPL; ++j) s[g][j] = fmaf(u, k[g][j], s[g][j]);
+  }
+}
+
 // Steps 4 and 7 with a known corrected delta u (replaying a buffered-decode record): exactly the
 // float operations delta_rule_update performs on S, so the replayed state is R's bit for bit.
 template <int EPL, int ROWS, bool KDA>
