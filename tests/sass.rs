@@ -129,6 +129,8 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
         "verify_staged_kernel",
         "fold_kernel",
         "replay_kernel",
+        "verify_fold_kernel",
+        "verify_fold_staged_kernel",
         "decode_kernel",
         "decode_prefetch_kernel",
         "decode_materialize_kernel",
@@ -148,7 +150,8 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
         if !state_movers.contains(&f.family.as_str()) {
             continue;
         }
-        // Verify reads the checkpoint only; every other state mover also writes it.
+        // Verify reads the checkpoint only; every other state mover also writes it (VF STAGED's
+        // groups of EPL channels are F's lanes: 16-byte accesses at EPL 4 and 8, 8-byte at 2).
         if f.family == "verify_staged_kernel" {
             // Its 8-lane layout reads every row as float4 chunks at every K, and it stores the
             // staged outputs as 16-byte vectors.
