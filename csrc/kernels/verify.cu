@@ -10,10 +10,8 @@ struct LaunchVerify {
   void *stream;
   template <int EPL, class Act, bool KDA> int operator()() const {
     if (p.base.impl == RSSM_IMPL_STAGED) {
-      const int rows = rssm::verify_staged_block_rows(p.base.block_rows, p.base.V);
-      const size_t smem = sizeof(float) * rssm::verify_staged_smem_floats(p.max_seqlen, p.base.K, KDA, rows);
-      return rssm::launch_rows(&rssm::verify_staged_kernel<EPL, Act, KDA>, rssm::row_grid(p.base, rows), smem,
-                               stream, p);
+      const auto floats = [&](int rows) { return rssm::verify_staged_smem_floats(p.max_seqlen, p.base.K, KDA, rows); };
+      return rssm::launch_staged(&rssm::verify_staged_kernel<EPL, Act, KDA>, p.base, floats, stream, p);
     }
     const size_t smem = sizeof(float) * rssm::verify_smem_floats(p.max_seqlen, p.base.K, KDA);
     return rssm::launch_rows(&rssm::verify_kernel<EPL, Act, KDA>, rssm::row_grid(p.base), smem, stream, p);

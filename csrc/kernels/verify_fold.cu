@@ -10,11 +10,10 @@ struct LaunchVerifyFold {
   template <int EPL, class Act, bool KDA> int operator()() const {
     const rssm_verify_params &v = p.verify;
     if (v.base.impl == RSSM_IMPL_STAGED) {
-      const int rows = rssm::verify_staged_block_rows(v.base.block_rows, v.base.V);
-      const size_t smem =
-          sizeof(float) * rssm::verify_fold_staged_smem_floats(v.max_seqlen, v.ring.window / 2, v.base.K, KDA, rows);
-      return rssm::launch_rows(&rssm::verify_fold_staged_kernel<EPL, Act, KDA>, rssm::row_grid(v.base, rows), smem,
-                               stream, p);
+      const auto floats = [&](int rows) {
+        return rssm::verify_fold_staged_smem_floats(v.max_seqlen, v.ring.window / 2, v.base.K, KDA, rows);
+      };
+      return rssm::launch_staged(&rssm::verify_fold_staged_kernel<EPL, Act, KDA>, v.base, floats, stream, p);
     }
     const size_t smem = sizeof(float) * rssm::verify_smem_floats(v.max_seqlen, v.base.K, KDA);
     return rssm::launch_rows(&rssm::verify_fold_kernel<EPL, Act, KDA>, rssm::row_grid(v.base), smem, stream, p);

@@ -10,6 +10,7 @@
 #include "replayssm/device/tiling.cuh"
 #include "replayssm/dispatch.h"
 #include "replayssm/layout.h"
+#include "replayssm/smem.h"
 
 #if defined(RSSM_EMULATION)
 #define RSSM_ENTRY(name) rssm_emu_##name
@@ -36,6 +37,14 @@ int launch_rows(Kernel kernel, dim3 grid, size_t smem, void *stream, const Param
   const int err = RSSM_ALLOW_SMEM(kernel, smem);
   if (err != 0) return err;
   return RSSM_LAUNCH(kernel, grid, dim3(RowTiling::kThreads), smem, stream, p);
+}
+
+// A STAGED launch (V, VF): one block per `block_rows` rows of each head (the whole head for 0),
+// `floats(rows)` 4-byte words of dynamic shared memory.
+template <class Kernel, class Params, class Floats>
+int launch_staged(Kernel kernel, const rssm_base_params &b, Floats floats, void *stream, const Params &p) {
+  const int rows = verify_staged_block_rows(b.block_rows, b.V);
+  return launch_rows(kernel, row_grid(b, rows), sizeof(float) * size_t(floats(rows)), stream, p);
 }
 
 // A launch's error as this compilation's status.

@@ -124,19 +124,13 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : 4)
     verify_fold_staged_kernel(const rssm_verify_fold_params vf) {
   const rssm_verify_params &p = vf.verify;
   constexpr int K = kWarpSize * EPL;
-  constexpr int LPR = 8;                        // lanes per state row
-  constexpr int RPW = kWarpSize / LPR;          // rows per warp and pass
-  constexpr int RPP = RPW * RowTiling::kWarps;  // rows per pass (16)
-  constexpr int G = 4;                          // channel groups per lane: F's lanes l8 + 8 g
+  constexpr int LPR = StagedBlock::kLanesPerRow, RPP = StagedBlock::kRowsPerPass;
+  constexpr int G = 4;  // channel groups per lane: F's lanes l8 + 8 g
   constexpr int GW = KDA ? K : 1;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int l8 = lane % LPR, sub = lane / LPR;
-  const int hv = blockIdx.y, req = blockIdx.z;
-  const int RB = verify_staged_block_rows(p.base.block_rows, p.base.V);
-  const int rb0 = blockIdx.x * RB;
-  const int rows = RB < p.base.V - rb0 ? RB : p.base.V - rb0;  // > 0: the grid has ceil(V / RB) row blocks
-  const int passes = (rows + RPP - 1) / RPP;
-  const int T = p.max_seqlen, W = p.ring.window / 2;
+  const StagedBlock sb(p.base);
+  const int l8 = sb.l8, my = sb.my, hv = sb.hv, req = sb.req, RB = sb.RB, rb0 = sb.rb0, rows = sb.rows;
+  const int passes = sb.passes, T = p.max_seqlen, W = p.ring.window / 2;
   const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
 
   VerifyRequest rq;
@@ -170,7 +164,6 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : 4)
   };
   float *head_state = head_of(rq.slot);
   float *head_track = pf.track_slot >= 0 ? head_of(pf.track_slot) : nullptr;
-  const int my = warp * RPW + sub;  // this lane group's row within a pass
   float s[G][EPL];
   load_staged_row(head_state + int64_t(rb0 + my) * K, my < rows, l8, s);
 

@@ -16,6 +16,25 @@
 
 namespace rssm {
 
+// Where a staged block (V, VF) works: rows rb0 .. rb0 + rows of value head hv of request req, in
+// passes of 16 (4 warps of 4 row groups of 8 lanes); `my` is this lane group's row in a pass.
+struct StagedBlock {
+  static constexpr int kLanesPerRow = 8;
+  static constexpr int kRowsPerPass = kWarpSize / kLanesPerRow * RowTiling::kWarps;  // 16
+  int l8, my, hv, req, RB, rb0, rows, passes;
+  __device__ __forceinline__ explicit StagedBlock(const rssm_base_params &b) {
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    l8 = lane % kLanesPerRow;
+    my = warp * (kWarpSize / kLanesPerRow) + lane / kLanesPerRow;
+    hv = blockIdx.y;
+    req = blockIdx.z;
+    RB = verify_staged_block_rows(b.block_rows, b.V);
+    rb0 = blockIdx.x * RB;
+    rows = RB < b.V - rb0 ? RB : b.V - rb0;  // > 0: the grid has ceil(V / RB) row blocks
+    passes = (rows + kRowsPerPass - 1) / kRowsPerPass;
+  }
+};
+
 // One state row in the 8-lane layout: lane l8 holds G groups of E consecutive channels, group g
 // at channels E * (l8 + 8 g) (staged V: G = EPL groups of 4; staged VF: 4 groups of EPL, the
 // channels lanes l8, l8 + 8, l8 + 16, l8 + 24 hold in F's warp layout). Coalesced either way.
@@ -147,18 +166,11 @@ __device__ __forceinline__ void store_output_tile(const rssm_verify_params &p, c
 template <int EPL, class Act, bool KDA>
 __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ? 4 : 5) verify_staged_kernel(const rssm_verify_params p) {
   constexpr int K = kWarpSize * EPL;
-  constexpr int LPR = 8;                           // lanes per state row
-  constexpr int RPW = kWarpSize / LPR;             // rows per warp and pass
-  constexpr int RPP = RPW * RowTiling::kWarps;     // rows per pass (16)
-  constexpr int CH = K / (4 * LPR);                // float4 chunks per lane and row (= EPL)
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int l8 = lane % LPR, sub = lane / LPR;
-  const int hv = blockIdx.y, req = blockIdx.z;
-  const int RB = verify_staged_block_rows(p.base.block_rows, p.base.V);
-  const int rb0 = blockIdx.x * RB;
-  const int rows = RB < p.base.V - rb0 ? RB : p.base.V - rb0;  // > 0: the grid has ceil(V / RB) row blocks
-  const int passes = (rows + RPP - 1) / RPP;
-  const int T = p.max_seqlen;
+  constexpr int RPP = StagedBlock::kRowsPerPass;
+  constexpr int CH = K / (4 * StagedBlock::kLanesPerRow);  // float4 chunks per lane and row (= EPL)
+  const StagedBlock sb(p.base);
+  const int l8 = sb.l8, my = sb.my, hv = sb.hv, req = sb.req, RB = sb.RB, rb0 = sb.rb0, rows = sb.rows;
+  const int passes = sb.passes, T = p.max_seqlen;
   const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
 
   VerifyRequest rq;
@@ -179,7 +191,6 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ?
                             state_offset(p.base.state_slot_stride, p.base.state_layer_stride, p.base.layer, rq.live ? rq.slot : 0,
                                          p.base.num_slots, p.base.HV * head) +
                             hv * head;
-  const int my = warp * RPW + sub;  // this lane group's row within a pass
   float s[CH][4];
   load_staged_row(head_state + int64_t(rb0 + my) * K, rq.live && my < rows, l8, s);
 
