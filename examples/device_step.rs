@@ -84,6 +84,7 @@ fn main() -> replayssm::Result<()> {
     for layer in 0..layers {
         stream.verify(
             &inputs,
+            None,
             &pool,
             layer,
             &mut o.dense_mut(n, dims.hv * dims.v),

@@ -79,7 +79,7 @@ pub use kernels::decode::{decode, materialize, DecodeInputs};
 pub use kernels::fold::{fold, track_step, Track};
 pub use kernels::recurrent::{recurrent, RecurrentOutputs, RecurrentPlan};
 pub use kernels::replay::replay;
-pub use kernels::tree::{fold_tree, verify_tree, AcceptedPaths, DraftTree};
+pub use kernels::tree::{fold_tree, AcceptedPaths, DraftTree};
 pub use kernels::verify::verify;
 pub use kernels::verify_fold::verify_fold;
 pub use limits::{MAX_CACHE_LEN, MAX_TREE_NODES, MAX_VERIFY_WINDOW};

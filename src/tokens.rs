@@ -9,7 +9,6 @@ use crate::checks::{
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::memory::{ActLayout, ActLayoutMut, Device, Host, Memory, SeqlensRef, SliceRef};
-use crate::problem::{HeadDims, Variant};
 use crate::runtime::launch::Exec;
 
 /// The gate of every token: raw inputs (design §3 steps 1-2 run in-kernel) or precomputed g/beta.
@@ -53,27 +52,41 @@ macro_rules! shorten_gate {
 shorten_gate!(Host);
 shorten_gate!(Device);
 
-/// Inputs of kernel R (and V, VT). Tokens are packed: request `r` owns
-/// `cu_seqlens[r]..cu_seqlens[r+1]`.
-#[derive(Clone, Copy, Debug)]
-pub struct RecurrentInputs<'a, M: Memory = Host> {
-    pub variant: Variant,
-    pub dims: HeadDims,
-    /// `[N, H, K]`
-    pub q: M::View<'a>,
-    /// `[N, H, K]`
-    pub k: M::View<'a>,
-    /// `[N, HV, V]`
-    pub v: M::View<'a>,
-    pub gate: Gate<'a, M>,
-    /// `[B + 1]` (on the device with the bound the caller states: [`crate::DeviceSeqlens`]).
-    pub cu_seqlens: M::Seqlens<'a>,
-    /// `[B]`, `-1` = null request (zero outputs, nothing else touched).
-    pub slots: M::Slice<'a, i32>,
-    /// Multiplies q after normalisation; usually `K^-0.5`.
-    pub scale: f32,
-    /// Normalise q and k in-kernel (design §3 step 3).
-    pub qk_l2norm: bool,
+/// Declares an inputs struct: the token fields every kernel that takes tokens reads (written
+/// once here), then the struct's own fields.
+macro_rules! token_inputs {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$fmeta:meta])* pub $field:ident: $ty:ty,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name<'a, M: $crate::memory::Memory = $crate::memory::Host> {
+            pub variant: $crate::problem::Variant,
+            pub dims: $crate::problem::HeadDims,
+            /// `[N, H, K]`
+            pub q: M::View<'a>,
+            /// `[N, H, K]`
+            pub k: M::View<'a>,
+            /// `[N, HV, V]`
+            pub v: M::View<'a>,
+            pub gate: $crate::tokens::Gate<'a, M>,
+            /// Multiplies q after normalisation; usually `K^-0.5`.
+            pub scale: f32,
+            /// Normalise q and k in-kernel (design §3 step 3).
+            pub qk_l2norm: bool,
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+    };
+}
+pub(crate) use token_inputs;
+
+token_inputs! {
+    /// Inputs of kernel R (and V, VT). Tokens are packed: request `r` owns
+    /// `cu_seqlens[r]..cu_seqlens[r+1]`.
+    pub struct RecurrentInputs {
+        /// `[B + 1]` (on the device with the bound the caller states: [`crate::DeviceSeqlens`]).
+        pub cu_seqlens: M::Seqlens<'a>,
+        /// `[B]`, `-1` = null request (zero outputs, nothing else touched).
+        pub slots: M::Slice<'a, i32>,
+    }
 }
 
 /// Device inputs, for the kernel calls on a [`crate::memory::Stream`].

@@ -162,6 +162,7 @@ fn verify_and_fold_through_the_c_abi_give_the_safe_wrappers_bits() {
         verify(
             Backend::Emulated,
             &data.inputs(),
+            None,
             &pool,
             0,
             &mut o.dense_mut(n, d.hv * d.v),

@@ -12,9 +12,8 @@ use replayssm::config::{resolve, EngineFlags};
 use replayssm::kernels::decode::DecodeRows;
 use replayssm::memory::{DeviceAct, DeviceSlice, DeviceVec, Location, Stream};
 use replayssm::{
-    fold, fold_tree, materialize, recurrent, replay, verify, verify_tree, AcceptedPaths, ActBuffer, Backend,
-    CheckpointPool, DType, DecodeRing, Device, DraftTree, Error, ForceFlush, HeadDims, RecurrentOutputs, SpecRing,
-    Track, Variant,
+    fold, fold_tree, materialize, recurrent, replay, verify, AcceptedPaths, ActBuffer, Backend, CheckpointPool, DType,
+    DecodeRing, Device, DraftTree, Error, ForceFlush, HeadDims, RecurrentOutputs, SpecRing, Track, Variant,
 };
 use replayssm_tools::staged::DeviceTokens;
 use replayssm_tools::workload::RecurrentData;
@@ -71,6 +70,7 @@ fn device_verify_fold_and_replay_match_the_host_calls_bit_for_bit() {
             verify(
                 Backend::Emulated,
                 &data.inputs(),
+                None,
                 &pool,
                 layer,
                 &mut o.dense_mut(n, d.hv * d.v),
@@ -80,6 +80,7 @@ fn device_verify_fold_and_replay_match_the_host_calls_bit_for_bit() {
             stream
                 .verify(
                     &tokens.inputs(),
+                    None,
                     &dpool,
                     layer,
                     &mut o_dev.dense_mut(n, d.hv * d.v),
@@ -219,10 +220,10 @@ fn device_tree_verify_and_fold_match_the_host_calls_bit_for_bit() {
     let tokens = DeviceTokens::upload(&stream, &data.inputs()).unwrap();
     let mut o = ActBuffer::nan(DType::F32, n * d.hv * d.v);
     let mut o_dev = DeviceAct::poisoned(Backend::Emulated, DType::F32, n * d.hv * d.v).unwrap();
-    verify_tree(
+    verify(
         Backend::Emulated,
         &data.inputs(),
-        &tree,
+        Some(&tree),
         &pool,
         0,
         &mut o.dense_mut(n, d.hv * d.v),
@@ -231,9 +232,9 @@ fn device_tree_verify_and_fold_match_the_host_calls_bit_for_bit() {
     .unwrap();
     let parent = ints(&stream, tree.parent());
     stream
-        .verify_tree(
+        .verify(
             &tokens.inputs(),
-            parent.as_slice(),
+            Some(parent.as_slice()),
             &dpool,
             0,
             &mut o_dev.dense_mut(n, d.hv * d.v),
@@ -348,6 +349,7 @@ fn host_memory_on_the_cuda_backend_is_refused_by_name_and_nothing_is_written() {
     let e = verify(
         Backend::Cuda,
         &data.inputs(),
+        None,
         &pool,
         0,
         &mut o.dense_mut(n, DIMS.hv * DIMS.v),
@@ -559,7 +561,14 @@ fn a_pool_and_ring_borrowed_from_the_engine_serve_like_owned_ones() {
         let mut o = DeviceAct::poisoned(Backend::Emulated, DType::BF16, n * d.hv * d.v).unwrap();
         for layer in 0..2 {
             stream
-                .verify(&tokens.inputs(), p, layer, &mut o.dense_mut(n, d.hv * d.v), Some(r))
+                .verify(
+                    &tokens.inputs(),
+                    None,
+                    p,
+                    layer,
+                    &mut o.dense_mut(n, d.hv * d.v),
+                    Some(r),
+                )
                 .unwrap();
         }
         stream.fold(p, r, slots.as_slice(), accept.as_slice(), None).unwrap();

@@ -18,7 +18,7 @@ use replayssm::spec::Track;
 use replayssm::tree::{AcceptedPaths, DraftTree, MAX_TREE_NODES};
 use replayssm::tuning::{self, Choice, Kernel};
 use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
-use replayssm_tools::staged::{fold_tree, verify_tree};
+use replayssm_tools::staged::{fold_tree, verify};
 use replayssm_tools::workload::{GateData, RecurrentData, TreeShape};
 
 /// The tokens of request `r`'s root path to node `i`, as a one-request workload.
@@ -441,10 +441,10 @@ fn trees_and_paths_refuse_bad_input() {
     let other = DraftTree::new(vec![-1, 0, -1, 0, 1], &[0, 2, 5]).unwrap();
     let n = data.num_tokens();
     let mut o = ActBuffer::nan(DType::F32, n * dims.hv * dims.v);
-    let e = verify_tree(
+    let e = verify(
         Backend::Emulated,
         &data.inputs(),
-        &other,
+        Some(&other),
         &pool,
         0,
         &mut o.dense_mut(n, dims.hv * dims.v),

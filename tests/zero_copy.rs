@@ -114,7 +114,7 @@ fn spec_steps(backend: Backend, steps: usize) -> (u64, TransferCounters) {
         let mut ov = o.dense_mut(n, d.hv * d.v);
         last = measure(|| {
             for layer in 0..2 {
-                verify(backend, &inputs, &pool, layer, &mut ov, Some(&mut ring)).unwrap();
+                verify(backend, &inputs, None, &pool, layer, &mut ov, Some(&mut ring)).unwrap();
             }
             let track = Track {
                 slots: &track_slots[..],
@@ -176,7 +176,9 @@ fn device_spec_steps(backend: Backend, steps: usize) -> (u64, TransferCounters) 
         last = measure(|| {
             for layer in 0..2 {
                 let mut ov = o.dense_mut(n, d.hv * d.v);
-                stream.verify(&inputs, &dpool, layer, &mut ov, Some(&mut ring)).unwrap();
+                stream
+                    .verify(&inputs, None, &dpool, layer, &mut ov, Some(&mut ring))
+                    .unwrap();
             }
             let track = Track {
                 slots: ts.as_slice(),

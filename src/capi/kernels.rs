@@ -7,7 +7,8 @@ use std::ffi::c_void;
 use super::params::*;
 use super::{backend_of, guard, read_params, replayssm_status, Failure};
 use crate::backend::Backend;
-use crate::runtime::launch::{check_status, Exec};
+use crate::checks::params as checks;
+use crate::runtime::launch::{check_status, launch, Exec};
 use crate::tuning::Kernel;
 
 type Check = Result<(), Failure>;
@@ -115,24 +116,91 @@ fn verify_fold_header(p: &replayssm_verify_fold_params) -> Check {
     verify_header(&p.verify, "verify.")
 }
 
-/// Calls the kernel layer's launcher through the one launch path of the Rust wrappers
-/// (`runtime::launch`): the backend's launcher on the caller's stream, its status mapped once.
-macro_rules! launch {
-    ($kernel:literal, $backend:expr, $cuda:ident, $emu:ident, $params:expr, $stream:expr) => {{
-        let kp = $params;
-        // The word is in the params; the emulator ignores the stream.
-        let exec = Exec {
-            backend: $backend,
-            stream: if $backend == Backend::Cuda {
-                $stream
-            } else {
-                std::ptr::null_mut()
-            },
-            word: std::ptr::null_mut(),
-        };
-        let raw = crate::runtime::launch::launch!(&exec, $cuda, $emu, &kp);
-        check_status($kernel, $backend, raw).map_err(Failure::from)
-    }};
+/// What an entry does after its header: build the kernel layer's params (`K`, the tuning table's
+/// choice applied), check them (the one source of every host rule), and call the backend's
+/// launcher through the one launch path of the Rust wrappers (`runtime::launch`), its status
+/// mapped once.
+struct Entry<P, K> {
+    /// The C function (`replayssm_` and the kernel's name in messages).
+    name: &'static str,
+    prepare: fn(&P) -> K,
+    check: fn(&K, Backend) -> crate::Result<()>,
+    launch: fn(&Exec, &K) -> crate::ffi::rssm_status,
+}
+
+impl<P: EntryParams, K> Entry<P, K> {
+    /// # Safety
+    /// As [`read_params`]; the params' pointers cover what the kernel layer describes for the
+    /// backend (device memory for CUDA, host for EMULATED).
+    unsafe fn run(&self, params: *const P, backend: i32, stream: *mut c_void) -> replayssm_status {
+        guard(self.name, || {
+            let (p, backend) = open(params, backend)?;
+            let kp = (self.prepare)(&p);
+            (self.check)(&kp, backend)?;
+            // The error word is in the params; the emulator ignores the stream.
+            let exec = Exec {
+                backend,
+                stream: if backend == Backend::Cuda {
+                    stream
+                } else {
+                    std::ptr::null_mut()
+                },
+                word: std::ptr::null_mut(),
+            };
+            let kernel = self.name.strip_prefix("replayssm_").unwrap_or(self.name);
+            check_status(kernel, backend, (self.launch)(&exec, &kp)).map_err(Failure::from)
+        })
+    }
+}
+
+/// The kernel params with the tuning table's implementation for `kernel` at the call's window
+/// (`at` names the base and the window of `K`).
+fn tuned<K>(mut k: K, kernel: Kernel, at: fn(&mut K) -> (&mut crate::ffi::rssm_base_params, i32)) -> K {
+    let (base, window) = at(&mut k);
+    crate::tuning::apply(kernel, base, window);
+    k
+}
+
+/// Materialise replays every layer: `layer` is not the caller's to set there.
+fn all_layers(mut k: crate::ffi::rssm_decode_params) -> crate::ffi::rssm_decode_params {
+    k.base.layer = 0;
+    k
+}
+
+// One row per C entry: its name, its params, how the kernel layer's params are prepared (the
+// tuning table applied), its checks in `checks::params` and its two launchers. Each row becomes
+// a unit type whose `run` is the entry's body.
+macro_rules! entries {
+    ($($ty:ident = $name:ident($params:ty): $check:ident, $cuda:ident, $emu:ident, |$p:ident| $prepare:expr;)+) => {
+        $(
+            struct $ty;
+            impl $ty {
+                /// # Safety
+                /// As [`Entry::run`].
+                unsafe fn run(params: *const $params, backend: i32, stream: *mut c_void) -> replayssm_status {
+                    Entry {
+                        name: stringify!($name),
+                        prepare: |$p: &$params| $prepare,
+                        check: |k, backend| checks::$check(k, backend),
+                        launch: |exec, k| launch!(exec, $cuda, $emu, k),
+                    }
+                    .run(params, backend, stream)
+                }
+            }
+        )+
+    };
+}
+
+entries! {
+    Recurrent = replayssm_recurrent(replayssm_recurrent_params): recurrent, rssm_recurrent, rssm_emu_recurrent, |p| p.kernel();
+    Verify = replayssm_verify(replayssm_verify_params): verify, rssm_verify, rssm_emu_verify, |p| tuned(p.kernel(), Kernel::V, |k| (&mut k.base, k.max_seqlen));
+    Fold = replayssm_fold(replayssm_fold_params): fold, rssm_fold, rssm_emu_fold, |p| tuned(p.kernel(), Kernel::F, |k| (&mut k.base, k.ring.window));
+    Replay = replayssm_replay(replayssm_replay_params): replay, rssm_replay, rssm_emu_replay, |p| tuned(p.kernel(), Kernel::P, |k| (&mut k.base, k.ring.window));
+    Decode = replayssm_decode(replayssm_decode_params): decode, rssm_decode, rssm_emu_decode, |p| tuned(p.kernel(), Kernel::D, |k| (&mut k.base, k.cache_len));
+    Materialize = replayssm_decode_materialize(replayssm_decode_params): materialize, rssm_decode_materialize, rssm_emu_decode_materialize, |p| all_layers(p.kernel());
+    Cursors = replayssm_decode_cursors(replayssm_cursor_params): cursors, rssm_decode_cursors, rssm_emu_decode_cursors, |p| p.kernel();
+    VerifyFold = replayssm_verify_fold(replayssm_verify_fold_params): verify_fold, rssm_verify_fold, rssm_emu_verify_fold, |p| tuned(p.kernel(), Kernel::VF, |k| (&mut k.verify.base, k.verify.max_seqlen));
+    Defer = replayssm_defer(replayssm_defer_params): defer, rssm_defer, rssm_emu_defer, |p| p.kernel();
 }
 
 /// Kernel R, the recurrent baseline: outputs of every token and, with `write_state`, the final
@@ -147,18 +215,7 @@ pub unsafe extern "C" fn replayssm_recurrent(
     params: *const replayssm_recurrent_params,
     stream: *mut c_void,
 ) -> replayssm_status {
-    guard("replayssm_recurrent", || {
-        let (p, backend) = open(params, backend)?;
-        crate::checks::params::recurrent(&p.kernel(), backend)?;
-        launch!(
-            "recurrent",
-            backend,
-            rssm_recurrent,
-            rssm_emu_recurrent,
-            p.kernel(),
-            stream
-        )
-    })
+    Recurrent::run(params, backend, stream)
 }
 
 /// Kernel V (chunked verify of one layer; tree verify VT when `parent` is set): reads the
@@ -172,13 +229,7 @@ pub unsafe extern "C" fn replayssm_verify(
     params: *const replayssm_verify_params,
     stream: *mut c_void,
 ) -> replayssm_status {
-    guard("replayssm_verify", || {
-        let (p, backend) = open(params, backend)?;
-        let mut kp = p.kernel();
-        crate::tuning::apply(Kernel::V, &mut kp.base, kp.max_seqlen);
-        crate::checks::params::verify(&kp, backend)?;
-        launch!("verify", backend, rssm_verify, rssm_emu_verify, kp, stream)
-    })
+    Verify::run(params, backend, stream)
 }
 
 /// Kernel F, fold-every-commit over all layers (path fold FT with `accept_paths`): replays each
@@ -192,13 +243,7 @@ pub unsafe extern "C" fn replayssm_fold(
     params: *const replayssm_fold_params,
     stream: *mut c_void,
 ) -> replayssm_status {
-    guard("replayssm_fold", || {
-        let (p, backend) = open(params, backend)?;
-        let mut kp = p.kernel();
-        crate::tuning::apply(Kernel::F, &mut kp.base, kp.ring.window);
-        crate::checks::params::fold(&kp, backend)?;
-        launch!("fold", backend, rssm_fold, rssm_emu_fold, kp, stream)
-    })
+    Fold::run(params, backend, stream)
 }
 
 /// Kernel P, fp32 checkpoint replay of one layer: replays `counts[b]` ring records of each live
@@ -212,13 +257,7 @@ pub unsafe extern "C" fn replayssm_replay(
     params: *const replayssm_replay_params,
     stream: *mut c_void,
 ) -> replayssm_status {
-    guard("replayssm_replay", || {
-        let (p, backend) = open(params, backend)?;
-        let mut kp = p.kernel();
-        crate::tuning::apply(Kernel::P, &mut kp.base, kp.ring.window);
-        crate::checks::params::replay(&kp, backend)?;
-        launch!("replay", backend, rssm_replay, rssm_emu_replay, kp, stream)
-    })
+    Replay::run(params, backend, stream)
 }
 
 /// Kernel D, buffered decode of layer `layer` (one token per row): outputs from the checkpoint
@@ -234,13 +273,7 @@ pub unsafe extern "C" fn replayssm_decode(
     params: *const replayssm_decode_params,
     stream: *mut c_void,
 ) -> replayssm_status {
-    guard("replayssm_decode", || {
-        let (p, backend) = open(params, backend)?;
-        let mut kp = p.kernel();
-        crate::tuning::apply(Kernel::D, &mut kp.base, kp.cache_len);
-        crate::checks::params::decode(&kp, backend)?;
-        launch!("decode", backend, rssm_decode, rssm_emu_decode, kp, stream)
-    })
+    Decode::run(params, backend, stream)
 }
 
 /// Materialise: replays `positions[b]` pending records of every layer into slot `slots[b]`'s
@@ -255,20 +288,7 @@ pub unsafe extern "C" fn replayssm_decode_materialize(
     params: *const replayssm_decode_params,
     stream: *mut c_void,
 ) -> replayssm_status {
-    guard("replayssm_decode_materialize", || {
-        let (p, backend) = open(params, backend)?;
-        let mut kp = p.kernel();
-        kp.base.layer = 0;
-        crate::checks::params::materialize(&kp, backend)?;
-        launch!(
-            "decode_materialize",
-            backend,
-            rssm_decode_materialize,
-            rssm_emu_decode_materialize,
-            kp,
-            stream
-        )
-    })
+    Materialize::run(params, backend, stream)
 }
 
 /// The buffered-decode cursor protocol on device-resident cursors: SNAPSHOT before a step,
@@ -282,18 +302,7 @@ pub unsafe extern "C" fn replayssm_decode_cursors(
     params: *const replayssm_cursor_params,
     stream: *mut c_void,
 ) -> replayssm_status {
-    guard("replayssm_decode_cursors", || {
-        let (p, backend) = open(params, backend)?;
-        crate::checks::params::cursors(&p.kernel(), backend)?;
-        launch!(
-            "decode_cursors",
-            backend,
-            rssm_decode_cursors,
-            rssm_emu_decode_cursors,
-            p.kernel(),
-            stream
-        )
-    })
+    Cursors::run(params, backend, stream)
 }
 
 /// Kernel VF (deferred fold) of one layer: replays each live request's pending records (the
@@ -310,20 +319,7 @@ pub unsafe extern "C" fn replayssm_verify_fold(
     params: *const replayssm_verify_fold_params,
     stream: *mut c_void,
 ) -> replayssm_status {
-    guard("replayssm_verify_fold", || {
-        let (p, backend) = open(params, backend)?;
-        let mut kp = p.kernel();
-        crate::tuning::apply(Kernel::VF, &mut kp.verify.base, kp.verify.max_seqlen);
-        crate::checks::params::verify_fold(&kp, backend)?;
-        launch!(
-            "verify_fold",
-            backend,
-            rssm_verify_fold,
-            rssm_emu_verify_fold,
-            kp,
-            stream
-        )
-    })
+    VerifyFold::run(params, backend, stream)
 }
 
 /// The deferred fold's pending table: COMMIT after a step's last VF, GATHER (into `paths`) before
@@ -338,9 +334,5 @@ pub unsafe extern "C" fn replayssm_defer(
     params: *const replayssm_defer_params,
     stream: *mut c_void,
 ) -> replayssm_status {
-    guard("replayssm_defer", || {
-        let (p, backend) = open(params, backend)?;
-        crate::checks::params::defer(&p.kernel(), backend)?;
-        launch!("defer", backend, rssm_defer, rssm_emu_defer, p.kernel(), stream)
-    })
+    Defer::run(params, backend, stream)
 }

@@ -22,27 +22,16 @@ use crate::kernels::params::Base;
 use crate::memory::{
     ActLayout, Device, DeviceActViewMut, DeviceSeqlens, DeviceSlice, DeviceSliceMut, Host, Memory, SliceRef, Stream,
 };
-use crate::problem::{HeadDims, Variant};
 use crate::reference;
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::decode_ring::{DecodeRing, DecodeStep};
 use crate::state::pool::CheckpointPool;
-use crate::tokens::{token_params, validate_tokens, Gate, RecurrentInputs};
+use crate::tokens::{token_inputs, token_params, validate_tokens, RecurrentInputs};
 
-/// Inputs of one decode step of one layer: row `b` is the token of request `b`.
-#[derive(Clone, Copy, Debug)]
-pub struct DecodeInputs<'a, M: Memory = Host> {
-    pub variant: Variant,
-    pub dims: HeadDims,
-    /// `[B, H, K]`
-    pub q: M::View<'a>,
-    /// `[B, H, K]`
-    pub k: M::View<'a>,
-    /// `[B, HV, V]`
-    pub v: M::View<'a>,
-    pub gate: Gate<'a, M>,
-    pub scale: f32,
-    pub qk_l2norm: bool,
+token_inputs! {
+    /// Inputs of one decode step of one layer: row `b` is the token of request `b` (the token
+    /// fields' `N` is `B`).
+    pub struct DecodeInputs {}
 }
 
 // D's inputs as kernel R's token inputs (one token per row), for the checks and the params
@@ -101,6 +90,14 @@ pub struct DecodeRows<'a, M: Memory = Device> {
     pub force_flush: Option<M::Slice<'a, i32>>,
 }
 
+/// One D launch as its checks, its kernel and its reference read it: the step's inputs as kernel
+/// R's token inputs (one token per row), the step's rows and the layer.
+struct DecodeLaunch<'s, 'r, M: Memory> {
+    inp: RecurrentInputs<'s, M>,
+    rows: DecodeRows<'r, M>,
+    layer: usize,
+}
+
 /// Kernel D for layer `layer` on host memory: each live row's output from its checkpoint and
 /// pending records; on flush rows the checkpoint is written, on the others record `m` is
 /// appended. On device memory: [`Stream::decode`].
@@ -113,20 +110,19 @@ pub fn decode(
     layer: usize,
     o: &mut ActViewMut<'_>,
 ) -> Result<()> {
-    let (rows, rinp) = host_step(inp, step);
-    check_host_decode(backend, &rinp, pool, ring, step, &rows, layer, o)?;
+    validate_decode(backend, inp, pool, ring, step, layer, o)?;
+    let l = host_launch(inp, step, layer);
     match backend {
         Backend::Reference => {
-            decode_reference(&rinp, pool, ring, step, layer, o);
+            decode_reference(&l, step, pool, ring, o);
             Ok(())
         }
-        Backend::Emulated | Backend::Cuda => on_host(backend, "decode", |exec| {
-            decode_kernel(exec, &rinp, pool, ring, &rows, layer, o)
-        }),
+        Backend::Emulated | Backend::Cuda => on_host(backend, "decode", |exec| decode_kernel(exec, &l, pool, ring, o)),
     }
 }
 
-/// The checks [`decode`] runs before anything is written (host memory, contents included).
+/// The checks [`decode`] runs before anything is written (host memory, contents included): the
+/// ring's pool and step first (as before the device path existed), then the launch's.
 pub fn validate_decode(
     backend: Backend,
     inp: &DecodeInputs<'_>,
@@ -136,50 +132,35 @@ pub fn validate_decode(
     layer: usize,
     o: &ActViewMut<'_>,
 ) -> Result<()> {
-    let (rows, rinp) = host_step(inp, step);
-    check_host_decode(backend, &rinp, pool, ring, step, &rows, layer, o)
-}
-
-/// A host step's rows, and the step's inputs as kernel R's token inputs (one token per row).
-fn host_step<'a: 's, 's>(inp: &DecodeInputs<'a>, step: &'s DecodeStep) -> (DecodeRows<'s, Host>, RecurrentInputs<'s>) {
-    let rows = DecodeRows::<Host> {
-        slots: &step.slots,
-        positions: &step.positions,
-        force_flush: Some(&step.force_flush),
-    };
-    (rows, inp.as_recurrent(&step.cu_seqlens, &step.slots))
-}
-
-/// The host call's checks: the ring's pool and step first (as before the device path existed),
-/// then the launch's.
-#[allow(clippy::too_many_arguments)]
-fn check_host_decode(
-    backend: Backend,
-    rinp: &RecurrentInputs<'_>,
-    pool: &CheckpointPool,
-    ring: &DecodeRing,
-    step: &DecodeStep,
-    rows: &DecodeRows<'_, Host>,
-    layer: usize,
-    o: &ActViewMut<'_>,
-) -> Result<()> {
     ring.check_pool(pool)?;
     ring.check_step(step)?;
-    check_decode(backend, rinp, pool, ring, rows, layer, o)
+    check_decode(backend, &host_launch(inp, step, layer), pool, ring, o)
 }
 
-/// The checks of a D launch, its inputs seen as kernel R's token inputs (one token per row).
+/// A host step's launch: its rows, and its inputs as kernel R's token inputs.
+fn host_launch<'a: 's, 's>(inp: &DecodeInputs<'a>, step: &'s DecodeStep, layer: usize) -> DecodeLaunch<'s, 's, Host> {
+    DecodeLaunch {
+        inp: inp.as_recurrent(&step.cu_seqlens, &step.slots),
+        rows: DecodeRows::<Host> {
+            slots: &step.slots,
+            positions: &step.positions,
+            force_flush: Some(&step.force_flush),
+        },
+        layer,
+    }
+}
+
+/// The checks of a D launch.
 fn check_decode<M: Memory>(
     backend: Backend,
-    rinp: &RecurrentInputs<'_, M>,
+    l: &DecodeLaunch<'_, '_, M>,
     pool: &CheckpointPool<M>,
     ring: &DecodeRing<M>,
-    rows: &DecodeRows<'_, M>,
-    layer: usize,
     o: &impl ActLayout,
 ) -> Result<()> {
+    let (rinp, rows) = (&l.inp, &l.rows);
     ring.check_pool(pool)?;
-    pool.check_inputs(rinp.variant, &rinp.dims, layer)?;
+    pool.check_inputs(rinp.variant, &rinp.dims, l.layer)?;
     check_kernel_head_dim(backend, rinp.dims.k)?;
     check_rows(rows.slots.len(), rows)?;
     // Kernel D reads and writes row b of every view for each of the B rows: the views must
@@ -217,13 +198,12 @@ fn check_row_lengths(batch: usize, positions: usize, force_flush: Option<usize>)
 
 fn decode_kernel<M: Memory>(
     exec: &Exec,
-    inp: &RecurrentInputs<'_, M>,
+    l: &DecodeLaunch<'_, '_, M>,
     pool: &mut CheckpointPool<M>,
     ring: &mut DecodeRing<M>,
-    rows: &DecodeRows<'_, M>,
-    layer: usize,
     o: &mut M::ViewMut<'_>,
 ) -> Result<()> {
+    let (inp, rows, layer) = (&l.inp, &l.rows, l.layer);
     let s = pool.shape();
     let tokens = token_params(exec, inp, o)?;
     let base = Base {
@@ -438,15 +418,19 @@ impl Stream {
                 rows.slots.len() + 1,
             )
         };
-        let rinp = inp.as_recurrent(
-            DeviceSeqlens {
-                cu: cu_seqlens,
-                max_seqlen: 1,
-            },
-            rows.slots,
-        );
-        check_decode(self.backend(), &rinp, pool, ring, rows, layer, o)?;
-        decode_kernel(&Exec::on(self), &rinp, pool, ring, rows, layer, o)
+        let l = DecodeLaunch {
+            inp: inp.as_recurrent(
+                DeviceSeqlens {
+                    cu: cu_seqlens,
+                    max_seqlen: 1,
+                },
+                rows.slots,
+            ),
+            rows: *rows,
+            layer,
+        };
+        check_decode(self.backend(), &l, pool, ring, o)?;
+        decode_kernel(&Exec::on(self), &l, pool, ring, o)
     }
 
     /// The last call of a device decode step: flushed rows' cursors go back to 0, the others
@@ -526,13 +510,13 @@ fn replay_pending_reference(ring: &DecodeRing, s: &mut [f32], layer: usize, slot
 }
 
 fn decode_reference(
-    inp: &RecurrentInputs<'_>,
+    l: &DecodeLaunch<'_, '_, Host>,
+    step: &DecodeStep,
     pool: &mut CheckpointPool,
     ring: &mut DecodeRing,
-    step: &DecodeStep,
-    layer: usize,
     o: &mut ActViewMut<'_>,
 ) {
+    let (inp, layer) = (&l.inp, l.layer);
     let d = inp.dims;
     let shape = pool.shape();
     let head = d.v * d.k;

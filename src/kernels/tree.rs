@@ -1,6 +1,7 @@
 //! Tree verify (design §4 VT): ReplaySSM for draft trees (EAGLE top-k > 1, NGRAM).
 //!
-//! Kernel **VT** is kernel V given a parent per draft position: the strictly-lower window mask
+//! Kernel **VT** is kernel V given a parent per draft position ([`crate::verify`] and
+//! [`Stream::verify`] with a tree): the strictly-lower window mask
 //! becomes the strict-ancestor mask and the decays sum along each node's root path, so every
 //! node's output is kernel R's output along its root path. Kernel **FT** is kernel F in path
 //! mode: it replays an accepted root-to-node path (window positions, in order) into the
@@ -15,17 +16,14 @@
 
 use crate::backend::Backend;
 use crate::checks::check_count;
-use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::kernels::fold::{check_fold, fold_commit, fold_kernel};
 use crate::kernels::replay::{Commit, Track};
-use crate::kernels::verify::{validate_verify, verify_kernel, verify_reference, VerifyPlan};
 use crate::limits::MAX_TREE_NODES;
-use crate::memory::{Device, DeviceActViewMut, DeviceSlice, Stream};
-use crate::runtime::launch::{on_host, Exec};
+use crate::memory::{Device, DeviceSlice, Stream};
+use crate::runtime::launch::Exec;
 use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::SpecRing;
-use crate::tokens::RecurrentInputs;
 
 fn tree_error(why: String) -> Error {
     Error::InvalidValue {
@@ -243,28 +241,6 @@ impl AcceptedPaths {
     }
 }
 
-/// Kernel VT: every draft node's output from the checkpoint (never written) along its root
-/// path and, with a ring, the window's raw records at positions `0..T` of each live slot.
-pub fn verify_tree(
-    backend: Backend,
-    inp: &RecurrentInputs<'_>,
-    tree: &DraftTree,
-    pool: &CheckpointPool,
-    layer: usize,
-    o: &mut ActViewMut<'_>,
-    mut ring: Option<&mut SpecRing>,
-) -> Result<VerifyPlan> {
-    tree.check_matches(inp.cu_seqlens)?;
-    let plan = validate_verify(backend, inp, pool, layer, o, ring.as_deref())?;
-    match backend {
-        Backend::Reference => verify_reference(inp, Some(tree.parent()), pool, layer, o, ring.as_deref_mut()),
-        Backend::Emulated | Backend::Cuda => on_host(backend, "verify", |exec| {
-            verify_kernel(exec, inp, Some(tree.parent()), pool, layer, &plan, o, ring)
-        })?,
-    }
-    Ok(plan)
-}
-
 /// The checks [`fold_tree`] runs before anything is written.
 pub fn validate_fold_tree(
     backend: Backend,
@@ -318,35 +294,10 @@ pub fn fold_tree(
     accepted: &AcceptedPaths,
     track: Option<Track<'_>>,
 ) -> Result<()> {
-    let commit = check_paths(ring, slots, accepted)?;
-    fold_commit(backend, pool, ring, slots, commit, track)
+    fold_commit(backend, pool, ring, slots, check_paths(ring, slots, accepted)?, track)
 }
 
 impl Stream {
-    /// Kernel VT on device memory, enqueued on this stream: `parent [N]` gives each token's
-    /// parent window position (-1: child of the checkpoint; the kernel skips and flags a request
-    /// whose parents do not precede their children).
-    pub fn verify_tree(
-        &self,
-        inp: &RecurrentInputs<'_, Device>,
-        parent: DeviceSlice<'_, i32>,
-        pool: &CheckpointPool<Device>,
-        layer: usize,
-        o: &mut DeviceActViewMut<'_>,
-        ring: Option<&mut SpecRing<Device>>,
-    ) -> Result<VerifyPlan> {
-        let plan = validate_verify(self.backend(), inp, pool, layer, o, ring.as_deref())?;
-        check_count("parent", parent.len(), plan.num_tokens, "one per token")?;
-        if plan.max_seqlen > MAX_TREE_NODES {
-            return Err(tree_error(format!(
-                "max_seqlen = {}: the tree kernels take at most {MAX_TREE_NODES} nodes per request",
-                plan.max_seqlen
-            )));
-        }
-        verify_kernel(&Exec::on(self), inp, Some(parent), pool, layer, &plan, o, ring)?;
-        Ok(plan)
-    }
-
     /// Kernel FT on device memory, enqueued on this stream: `paths [B, width]` lists each row's
     /// accepted window positions from the root, -1 padded (the kernel skips and flags a row
     /// that is not an increasing path inside the window).

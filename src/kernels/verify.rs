@@ -9,12 +9,14 @@
 //! `tests/verify.rs`.
 
 use crate::backend::Backend;
+use crate::checks::check_count;
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::kernels::params::{ring_write, Base};
+use crate::kernels::tree::DraftTree;
 use crate::limits::MAX_VERIFY_WINDOW;
-use crate::memory::{ActLayout, Device, DeviceActViewMut, Memory, Stream};
+use crate::memory::{ActLayout, Device, DeviceActViewMut, DeviceSlice, Memory, Stream};
 use crate::reference;
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::pool::CheckpointPool;
@@ -88,20 +90,27 @@ pub fn validate_verify<M: Memory>(
 
 /// Kernel V on host memory (Reference or Emulated): every draft position's output from the
 /// checkpoint (never written) and, with a ring, the window's raw records at positions `0..T`
-/// of each live slot. On device memory: [`Stream::verify`].
+/// of each live slot. With a draft `tree` (kernel VT) each node's output follows its root path
+/// (and ring records are written at each node's window position). On device memory:
+/// [`Stream::verify`].
 pub fn verify(
     backend: Backend,
     inp: &RecurrentInputs<'_>,
+    tree: Option<&DraftTree>,
     pool: &CheckpointPool,
     layer: usize,
     o: &mut ActViewMut<'_>,
     mut ring: Option<&mut SpecRing>,
 ) -> Result<VerifyPlan> {
+    if let Some(t) = tree {
+        t.check_matches(inp.cu_seqlens)?;
+    }
     let plan = validate_verify(backend, inp, pool, layer, o, ring.as_deref())?;
+    let parent = tree.map(DraftTree::parent);
     match backend {
-        Backend::Reference => verify_reference(inp, None, pool, layer, o, ring.as_deref_mut()),
+        Backend::Reference => verify_reference(inp, parent, pool, layer, o, ring.as_deref_mut()),
         Backend::Emulated | Backend::Cuda => on_host(backend, "verify", |exec| {
-            verify_kernel(exec, inp, None, pool, layer, &plan, o, ring)
+            verify_kernel(exec, inp, parent, pool, layer, &plan, o, ring)
         })?,
     }
     Ok(plan)
@@ -110,17 +119,23 @@ pub fn verify(
 impl Stream {
     /// Kernel V on device memory, enqueued on this stream: no allocation, copy or
     /// synchronisation; rows with bad device-side indices are skipped and flagged in the
-    /// stream's error word ([`Stream::check_errors`]).
+    /// stream's error word ([`Stream::check_errors`]). `parent [N]` (kernel VT) gives each
+    /// token's parent window position (-1: child of the checkpoint; the kernel skips and flags
+    /// a request whose parents do not precede their children).
     pub fn verify(
         &self,
         inp: &RecurrentInputs<'_, Device>,
+        parent: Option<DeviceSlice<'_, i32>>,
         pool: &CheckpointPool<Device>,
         layer: usize,
         o: &mut DeviceActViewMut<'_>,
         ring: Option<&mut SpecRing<Device>>,
     ) -> Result<VerifyPlan> {
         let plan = validate_verify(self.backend(), inp, pool, layer, o, ring.as_deref())?;
-        verify_kernel(&Exec::on(self), inp, None, pool, layer, &plan, o, ring)?;
+        if let Some(p) = &parent {
+            check_count("parent", p.len(), plan.num_tokens, "one per token")?;
+        }
+        verify_kernel(&Exec::on(self), inp, parent, pool, layer, &plan, o, ring)?;
         Ok(plan)
     }
 }

@@ -8,7 +8,7 @@ use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::Track;
 use replayssm::tree::DraftTree;
 use replayssm::{ActBuffer, CheckpointPool, DType, HeadDims, RecurrentOutputs, Variant};
-use replayssm_tools::staged::{fold, replay, verify, verify_tree};
+use replayssm_tools::staged::{fold, replay, verify};
 use replayssm_tools::workload::RecurrentData;
 
 use super::{bits_equal, prefix, spec};
@@ -62,7 +62,7 @@ pub fn run_verify(
     ring: Option<&mut SpecRing>,
 ) -> replayssm::Result<ActBuffer> {
     poisoned_outputs(data, |o| {
-        verify(backend, &data.inputs(), pool, layer, o, ring).map(|_| ())
+        verify(backend, &data.inputs(), None, pool, layer, o, ring).map(|_| ())
     })
 }
 
@@ -76,7 +76,7 @@ pub fn run_verify_tree(
     ring: Option<&mut SpecRing>,
 ) -> replayssm::Result<ActBuffer> {
     poisoned_outputs(data, |o| {
-        verify_tree(backend, &data.inputs(), tree, pool, layer, o, ring).map(|_| ())
+        verify(backend, &data.inputs(), Some(tree), pool, layer, o, ring).map(|_| ())
     })
 }
 

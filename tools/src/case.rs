@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
-use crate::staged::{fold, fold_tree, recurrent, verify, verify_fold, verify_tree};
+use crate::staged::{fold, fold_tree, recurrent, verify, verify_fold};
 use crate::workload::{GateData, RecurrentData};
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
@@ -891,11 +891,7 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
             let mut ring = SpecRing::for_pool(&pool, window, case.data.dtype, case.data.qk_l2norm).map_err(run_err)?;
             let inp = case.data.inputs();
             let mut ov = o.dense_mut(n, d.hv * d.v);
-            match &case.tree {
-                Some(tree) => verify_tree(backend, &inp, tree, &pool, 0, &mut ov, Some(&mut ring)).map(|_| ()),
-                None => verify(backend, &inp, &pool, 0, &mut ov, Some(&mut ring)).map(|_| ()),
-            }
-            .map_err(run_err)?;
+            verify(backend, &inp, case.tree.as_ref(), &pool, 0, &mut ov, Some(&mut ring)).map_err(run_err)?;
             if let Some(accept) = &case.accept {
                 fold(backend, &mut pool, &ring, &case.data.slots, accept, None).map_err(run_err)?;
             }

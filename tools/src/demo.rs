@@ -216,6 +216,7 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
             verify(
                 backend,
                 &w.inputs(),
+                None,
                 &pool_rs,
                 layer,
                 &mut o_rs.dense_mut(n, dims.hv * dims.v),

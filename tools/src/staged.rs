@@ -221,46 +221,21 @@ pub fn recurrent(backend: Backend, inp: &RecurrentInputs<'_>, out: &mut Recurren
     Ok(plan)
 }
 
-/// Kernel V: [`replayssm::verify`], staged on Cuda.
+/// Kernel V (VT with a `tree`): [`replayssm::verify`], staged on Cuda.
 pub fn verify(
     backend: Backend,
     inp: &RecurrentInputs<'_>,
-    pool: &CheckpointPool,
-    layer: usize,
-    o: &mut ActViewMut<'_>,
-    ring: Option<&mut SpecRing>,
-) -> Result<VerifyPlan> {
-    verify_parent(backend, inp, None, pool, layer, o, ring)
-}
-
-/// Kernel VT: [`replayssm::verify_tree`], staged on Cuda.
-pub fn verify_tree(
-    backend: Backend,
-    inp: &RecurrentInputs<'_>,
-    tree: &DraftTree,
+    tree: Option<&DraftTree>,
     pool: &CheckpointPool,
     layer: usize,
     o: &mut ActViewMut<'_>,
     ring: Option<&mut SpecRing>,
 ) -> Result<VerifyPlan> {
     if backend != Backend::Cuda {
-        return replayssm::verify_tree(backend, inp, tree, pool, layer, o, ring);
+        return replayssm::verify(backend, inp, tree, pool, layer, o, ring);
     }
-    tree.check_matches(inp.cu_seqlens)?;
-    verify_parent(backend, inp, Some(tree.parent()), pool, layer, o, ring)
-}
-
-fn verify_parent(
-    backend: Backend,
-    inp: &RecurrentInputs<'_>,
-    parent: Option<&[i32]>,
-    pool: &CheckpointPool,
-    layer: usize,
-    o: &mut ActViewMut<'_>,
-    ring: Option<&mut SpecRing>,
-) -> Result<VerifyPlan> {
-    if backend != Backend::Cuda {
-        return replayssm::verify(backend, inp, pool, layer, o, ring);
+    if let Some(t) = tree {
+        t.check_matches(inp.cu_seqlens)?;
     }
     replayssm::kernels::verify::validate_verify(backend, inp, pool, layer, o, ring.as_deref())?;
     let up = Up::new()?;
@@ -271,18 +246,15 @@ fn verify_parent(
         None => None,
     };
     let (mut o_dev, ol) = up.out(o)?;
-    let parent = match parent {
-        Some(p) => Some(up.ints(p)?),
+    let parent = match tree {
+        Some(t) => Some(up.ints(t.parent())?),
         None => None,
     };
     let plan = {
         let mut ov = o_dev.view_mut(ol.0, ol.1, ol.2, ol.3);
-        match &parent {
-            Some(p) => up
-                .stream
-                .verify_tree(&t.inputs(), p.as_slice(), &dpool, layer, &mut ov, dring.as_mut())?,
-            None => up.stream.verify(&t.inputs(), &dpool, layer, &mut ov, dring.as_mut())?,
-        }
+        let parent = parent.as_ref().map(|p| p.as_slice());
+        up.stream
+            .verify(&t.inputs(), parent, &dpool, layer, &mut ov, dring.as_mut())?
     };
     up.finish_out(&o_dev, o)?;
     if let (Some(h), Some(d)) = (ring, dring) {

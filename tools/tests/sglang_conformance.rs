@@ -438,6 +438,7 @@ fn our_verify(sc: &Scenario) -> (RingBytes, Vec<f32>) {
         verify(
             Backend::Emulated,
             &data.inputs(),
+            None,
             &pool,
             l,
             &mut o.dense_mut(t, row),

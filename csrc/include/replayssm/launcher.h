@@ -47,6 +47,38 @@ int launch_staged(Kernel kernel, const rssm_base_params &b, Floats floats, void 
   return launch_rows(kernel, row_grid(b, rows), sizeof(float) * size_t(floats(rows)), stream, p);
 }
 
+// V's part of a verify launch's params (VF nests a whole V).
+inline const rssm_verify_params &verify_part(const rssm_verify_params &p) { return p; }
+inline const rssm_verify_params &verify_part(const rssm_verify_fold_params &p) { return p.verify; }
+
+// Dynamic shared memory of a STAGED block of `rows` rows; VF's also holds the pending records
+// (up to one half of the ring).
+inline int64_t staged_smem_floats(const rssm_verify_params &p, bool kda, int rows) {
+  return verify_staged_smem_floats(p.max_seqlen, p.base.K, kda, rows);
+}
+inline int64_t staged_smem_floats(const rssm_verify_fold_params &p, bool kda, int rows) {
+  const rssm_verify_params &v = p.verify;
+  return verify_fold_staged_smem_floats(v.max_seqlen, v.ring.window / 2, v.base.K, kda, rows);
+}
+
+// The launch of V or VF by the params' implementation: STAGED (above) or DEFAULT (a row tile
+// per warp, the window in shared memory). `Kernels<EPL, Act, KDA>::staged` and `::rows` name
+// the two kernels of one params type.
+template <template <int, class, bool> class Kernels, class Params> struct LaunchVerifyImpl {
+  const Params &p;
+  void *stream;
+  template <int EPL, class Act, bool KDA> int operator()() const {
+    using K = Kernels<EPL, Act, KDA>;
+    const rssm_verify_params &v = verify_part(p);
+    if (v.base.impl == RSSM_IMPL_STAGED) {
+      const auto floats = [&](int rows) { return staged_smem_floats(p, KDA, rows); };
+      return launch_staged(K::staged, v.base, floats, stream, p);
+    }
+    const size_t smem = sizeof(float) * verify_smem_floats(v.max_seqlen, v.base.K, KDA);
+    return launch_rows(K::rows, row_grid(v.base), smem, stream, p);
+  }
+};
+
 // A launch's error as this compilation's status.
 inline rssm_status launched(int err) { return err == 0 ? RSSM_OK : RSSM_LAUNCH_FAILED; }
 

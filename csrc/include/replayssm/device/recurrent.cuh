@@ -13,10 +13,9 @@ template <int EPL, class Act, bool KDA>
 __global__ void __launch_bounds__(RowTiling::kThreads) recurrent_kernel(const rssm_recurrent_params p) {
   constexpr int K = kWarpSize * EPL;
   constexpr int ROWS = RowTiling::kRows;
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int hv = blockIdx.y, req = blockIdx.z;
-  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
+  const auto [lane, row0] = warp_rows(blockIdx.x);
   if (row0 >= p.base.V) return;  // a whole warp past the last row: no collective needs it
+  const int hv = blockIdx.y, req = blockIdx.z;
   const int h = hv / (p.base.HV / p.base.H);
   const int kc = lane * EPL;  // this lane's first key channel
 

@@ -15,4 +15,14 @@ struct RowTiling {
   static constexpr int kRowsPerBlock = kWarps * kRows;
 };
 
+// Where a thread of a row-tiled block works: its lane, and its warp's first state row in row
+// tile `tile` (of its value head).
+struct WarpRows {
+  int lane, row0;
+};
+__device__ __forceinline__ WarpRows warp_rows(int tile) {
+  const int warp = int(threadIdx.x) / kWarpSize;
+  return {int(threadIdx.x) % kWarpSize, (tile * RowTiling::kWarps + warp) * RowTiling::kRows};
+}
+
 }  // namespace rssm
