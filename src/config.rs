@@ -5,7 +5,7 @@
 //! draft length, which is known here and refused early. B1 and N1 no longer refuse trees: they
 //! route them to the tree kernels (VT + FT) and refuse only trees above [`MAX_TREE_NODES`].
 
-use crate::limits::{MAX_CACHE_LEN, MAX_TREE_NODES, MAX_VERIFY_WINDOW};
+use crate::limits::{MAX_TREE_NODES, MAX_VERIFY_WINDOW};
 use crate::problem::Variant;
 
 /// `--disaggregation-mode`: which pool role this server has.
@@ -254,8 +254,8 @@ pub enum GateError {
     BufferedExtraBuffer,
     #[error("A3: --enable-linear-replayssm is not supported under PD disaggregation yet. Got --disaggregation-mode='{mode}'. Remove --disaggregation-mode (or set null), or disable --enable-linear-replayssm on disaggregated deployments.")]
     BufferedDisaggregated { mode: &'static str },
-    #[error("A4: --linear-replayssm-cache-len must be in 1..=65536. Got --linear-replayssm-cache-len={got}. Use a positive cache length (1 behaves like the plain recurrent decode).")]
-    CacheLen { got: i64 },
+    #[error("A4: --linear-replayssm-cache-len={got} is refused: {why}. Use a positive cache length (1 behaves like the plain recurrent decode).")]
+    CacheLen { got: i64, why: String },
     #[error("B1: --speculative-eagle-topk must be at least 1. Got --speculative-eagle-topk={topk}. Use 1 for a linear chain or k > 1 for a tree (verified by the VT tree kernel).")]
     SpecTopk { topk: i64 },
     #[error("B1: --enable-linear-replayssm-spec verifies draft trees with the VT tree kernel, which takes at most {limit} nodes per request (root included; depth at most {limit}). Got --speculative-eagle-topk={topk} with --speculative-num-draft-tokens={nodes}. Use --speculative-num-draft-tokens {limit} or fewer, or disable --enable-linear-replayssm-spec.")]
@@ -394,8 +394,10 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
             });
         }
         let cache_len = match f.linear_replayssm_cache_len {
-            Some(l) if !(1..=MAX_CACHE_LEN as i64).contains(&l) => return Err(GateError::CacheLen { got: l }),
-            Some(l) => l as usize,
+            Some(l) => match crate::limits::cache_len_outside(l) {
+                Some(why) => return Err(GateError::CacheLen { got: l, why }),
+                None => l as usize,
+            },
             None => {
                 warnings.push(format!(
                     "--linear-replayssm-cache-len not given: using {DEFAULT_CACHE_LEN}"

@@ -1,6 +1,6 @@
 //! The limits the kernels are compiled for, read from the C header's defines
 //! (`csrc/include/replayssm/replayssm.h`): the one list the checks, the gates, the C ABI and the
-//! bindings all use.
+//! bindings all use, and the words of a range rule over them ([`outside`]).
 
 use crate::ffi;
 
@@ -30,6 +30,18 @@ pub const KERNEL_HEAD_DIMS: [usize; HEAD_DIMS_MASK.count_ones() as usize] = {
     }
     out
 };
+
+/// `name = v, must be in lo..=hi` when `v` is outside `lo..=hi`: the words of every range rule,
+/// written once for the params checks (`checks::params`) and the capability gates (`config`),
+/// which sit below the error type.
+pub fn outside(name: &str, v: i64, lo: i64, hi: i64) -> Option<String> {
+    (v < lo || v > hi).then(|| format!("{name} = {v}, must be in {lo}..={hi}"))
+}
+
+/// The decode ring's length rule (the A4 gate and the cursors' params): `1..=MAX_CACHE_LEN`.
+pub fn cache_len_outside(cache_len: i64) -> Option<String> {
+    outside("cache_len", cache_len, 1, MAX_CACHE_LEN as i64)
+}
 
 /// `true` when the kernels are compiled for key head dim `k`.
 pub fn supported_head_dim(k: usize) -> bool {

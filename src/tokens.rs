@@ -132,12 +132,7 @@ pub fn validate_tokens<M: Memory>(
             check_len("beta", beta.len(), n * d.hv, || format!("[N={n}, HV={}]", d.hv))?;
         }
     }
-    if !inp.scale.is_finite() {
-        return Err(Error::InvalidValue {
-            what: "scale",
-            why: format!("{} is not finite", inp.scale),
-        });
-    }
+    crate::checks::params::scale(inp.scale)?;
     let (batch, max_seqlen) = seqlens(&inp.cu_seqlens, n)?;
     Ok((n, batch, max_seqlen))
 }

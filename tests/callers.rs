@@ -1,6 +1,7 @@
 //! One source of host checks: every row of `tests/callers/fold_refusals.txt` is refused by the
-//! Rust API and by the C ABI with the same words (Python reads the same table in
-//! `python/tests/test_callers.py`), and a refusal writes nothing.
+//! Rust API and by the C ABI with the same words, every row of `tests/callers/refusals.txt` (every
+//! entry; the C ABI's side is in `tests/hostile.rs`) by the Rust API; Python reads both tables in
+//! `python/tests/test_callers.py`. A refusal writes nothing.
 
 use replayssm::capi::*;
 use replayssm::config::{resolve, EngineFlags};
@@ -159,4 +160,357 @@ fn the_c_abi_refuses_every_row_with_the_tables_words_and_writes_nothing() {
         );
         assert_eq!(state, before, "{}: a refusal wrote the pool", row.name);
     }
+}
+
+mod common;
+
+/// The Rust API's valid call of each entry of `tests/callers/refusals.txt` (2 requests of 4
+/// tokens, 2 layers, 4 slots, window 4, cache length 4) with one row's edit applied.
+mod shared_table {
+    use super::common::{spec, spec_chain::spec_pool};
+    use replayssm::config::{resolve, EngineFlags};
+    use replayssm::{
+        decode, fold, fold_tree, materialize, recurrent, replay, verify, verify_fold, AcceptedPaths, ActBuffer,
+        Backend, CheckpointPool, DType, DecodeRing, DeferredRing, DraftTree, ForceFlush, HeadDims, RecurrentOutputs,
+        RingShape, SpecRing, Variant,
+    };
+    use replayssm_tools::workload::RecurrentData;
+
+    pub const DIMS: HeadDims = HeadDims {
+        h: 1,
+        hv: 2,
+        k: 32,
+        v: 32,
+    };
+    const LAYERS: usize = 2;
+    const WINDOW: usize = 4;
+    const CACHE_LEN: i64 = 4;
+
+    pub struct Row {
+        pub entry: String,
+        pub name: String,
+        pub index: Option<usize>,
+        pub value: String,
+        pub says: String,
+    }
+
+    pub fn rows() -> Vec<Row> {
+        let rows: Vec<Row> = include_str!("callers/refusals.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| {
+                let f: Vec<&str> = l.split('|').map(str::trim).collect();
+                assert_eq!(f.len(), 3, "bad table line: {l}");
+                let (lhs, value) = f[1].split_once('=').expect("an edit is name = value");
+                let lhs = lhs.trim();
+                let (name, index) = match lhs.split_once('[') {
+                    Some((n, i)) => (n, Some(i.trim_end_matches(']').parse().expect("an index"))),
+                    None => (lhs, None),
+                };
+                Row {
+                    entry: f[0].into(),
+                    name: name.into(),
+                    index,
+                    value: value.trim().into(),
+                    says: f[2].into(),
+                }
+            })
+            .collect();
+        assert!(rows.len() >= 20, "the table lost rows");
+        rows
+    }
+
+    /// What the Rust API did with a row.
+    pub enum Outcome {
+        Refused(String),
+        Accepted,
+        /// The typed API cannot express the edit; the reason says which type rules it out.
+        Unrepresentable(&'static str),
+    }
+
+    impl Row {
+        fn int(&self) -> i32 {
+            self.value.parse().expect("an integer value")
+        }
+
+        fn scale(&self) -> f32 {
+            self.value.parse().expect("a real value")
+        }
+
+        /// Edits an index array of the call (`name[i] = value`) if the row names it.
+        fn edit(&self, name: &str, array: &mut [i32]) {
+            if self.name == name {
+                array[self.index.expect("an index edit")] = self.int();
+            }
+        }
+
+        /// `layer = value` as the typed API takes it (a `usize`), or why it cannot.
+        fn layer(&self) -> Result<usize, &'static str> {
+            if self.name != "layer" {
+                return Ok(0);
+            }
+            usize::try_from(self.int()).map_err(|_| "layer is a usize: a negative layer does not type-check")
+        }
+    }
+
+    fn data(seqlens: &[usize]) -> RecurrentData {
+        let mut s = spec(Variant::Gdn, DIMS, DType::F32, seqlens);
+        s.null_requests = vec![];
+        RecurrentData::random(&s, 11)
+    }
+
+    fn shape(d: &RecurrentData) -> RingShape {
+        RingShape {
+            variant: Variant::Gdn,
+            dims: DIMS,
+            dtype: DType::F32,
+            layers: LAYERS,
+            slots: d.state.len() / DIMS.state_elems(),
+            window: WINDOW,
+        }
+    }
+
+    fn filled(n: usize) -> Vec<f32> {
+        (0..n).map(|i| 0.25 + (i % 7) as f32 * 0.01).collect()
+    }
+
+    /// The call's tokens: 2 requests of 4, or a 17-token request where the row asks for
+    /// `max_seqlen = 17` (the typed API derives max_seqlen from cu_seqlens).
+    fn tokens(row: &Row) -> Result<RecurrentData, &'static str> {
+        match (row.name.as_str(), row.value.as_str()) {
+            ("max_seqlen", "17") => Ok(data(&[17, 4])),
+            ("max_seqlen", _) => Err("max_seqlen is derived from cu_seqlens, never below 1"),
+            _ => Ok(data(&[4, 4])),
+        }
+    }
+
+    fn outcome(r: replayssm::Result<impl Sized>) -> Outcome {
+        match r {
+            Ok(_) => Outcome::Accepted,
+            Err(e) => Outcome::Refused(e.to_string()),
+        }
+    }
+
+    /// Runs the row's entry through the Rust API (host memory, the emulator). Returns the outcome
+    /// and whether the state the call was given came back unchanged.
+    pub fn call(row: &Row) -> (Outcome, bool) {
+        let b = Backend::Emulated;
+        let mut d = match tokens(row) {
+            Ok(d) => d,
+            Err(why) => return (Outcome::Unrepresentable(why), true),
+        };
+        let layer = match row.layer() {
+            Ok(l) => l,
+            Err(why) => return (Outcome::Unrepresentable(why), true),
+        };
+        if row.name == "scale" {
+            d.scale = row.scale();
+        }
+        let s = shape(&d);
+        let batch = d.slots.len();
+        let mut slots = d.slots.clone();
+        row.edit("slots", &mut slots);
+        let mut lens = vec![2i32; batch];
+        row.edit("accept_lens", &mut lens);
+        row.edit("counts", &mut lens);
+        let n = d.num_tokens();
+        let mut o = ActBuffer::nan(DType::F32, n * DIMS.hv * DIMS.v);
+        let mut o = o.dense_mut(n, DIMS.hv * DIMS.v);
+        let start = filled(s.pool_elems());
+        match row.entry.as_str() {
+            "recurrent" => {
+                d.slots = slots;
+                let mut state = d.state.clone();
+                let out = outcome(recurrent(
+                    b,
+                    &d.inputs(),
+                    &mut RecurrentOutputs {
+                        o,
+                        state: &mut state,
+                        write_state: true,
+                        snapshots: None,
+                    },
+                ));
+                (out, state == d.state)
+            }
+            "verify" | "verify_tree" => {
+                d.slots = slots;
+                let pool = spec_pool(&s, &start);
+                let mut ring = SpecRing::new(s, true).unwrap();
+                let tree = if row.entry == "verify_tree" {
+                    let mut parent = DraftTree::chain(&d.cu_seqlens).unwrap().parent().to_vec();
+                    row.edit("parent", &mut parent);
+                    match DraftTree::new(parent, &d.cu_seqlens) {
+                        Ok(t) => Some(t),
+                        Err(e) => return (Outcome::Refused(e.to_string()), true),
+                    }
+                } else {
+                    None
+                };
+                let out = outcome(verify(
+                    b,
+                    &d.inputs(),
+                    tree.as_ref(),
+                    &pool,
+                    layer,
+                    &mut o,
+                    Some(&mut ring),
+                ));
+                (out, pool.state() == &start[..])
+            }
+            "fold_tree" => {
+                let mut pool = spec_pool(&s, &start);
+                let ring = SpecRing::new(s, true).unwrap();
+                let tree = DraftTree::chain(&d.cu_seqlens).unwrap();
+                let mut paths = vec![0, 1, -1, -1, 0, -1, -1, -1];
+                row.edit("accept_paths", &mut paths);
+                let out = match AcceptedPaths::new(&tree, paths, WINDOW) {
+                    Ok(a) => outcome(fold_tree(b, &mut pool, &ring, &slots, &a, None)),
+                    Err(e) => Outcome::Refused(e.to_string()),
+                };
+                (out, pool.state() == &start[..])
+            }
+            "fold" | "replay" => {
+                let mut pool = spec_pool(&s, &start);
+                let ring = SpecRing::new(s, true).unwrap();
+                let out = if row.entry == "fold" {
+                    outcome(fold(b, &mut pool, &ring, &slots, &lens, None))
+                } else {
+                    outcome(replay(b, &mut pool, &ring, layer, &slots, &lens))
+                };
+                (out, pool.state() == &start[..])
+            }
+            "decode" | "decode_materialize" | "decode_cursors" => {
+                if row.name == "positions" {
+                    return (
+                        Outcome::Unrepresentable("positions come from the ring's cursors (DecodeRing::begin_step)"),
+                        true,
+                    );
+                }
+                let cache_len = if row.name == "cache_len" {
+                    i64::from(row.int())
+                } else {
+                    CACHE_LEN
+                };
+                let cfg = match resolve(&EngineFlags::buffered_decode(Variant::Gdn, cache_len)) {
+                    Ok(c) => c,
+                    Err(e) => return (Outcome::Refused(e.to_string()), true),
+                };
+                let mut pool = CheckpointPool::new(&cfg, DIMS, LAYERS, s.slots).unwrap();
+                pool.state_mut().copy_from_slice(&start);
+                let mut ring = DecodeRing::attach(&pool).unwrap();
+                let step = match ring.begin_step(&slots, ForceFlush::None) {
+                    Ok(st) => st,
+                    Err(e) => return (Outcome::Refused(e.to_string()), pool.state() == &start[..]),
+                };
+                let out = match row.entry.as_str() {
+                    "decode" => {
+                        let d1 = data(&[1, 1]);
+                        let mut inp = d1.decode_inputs();
+                        inp.scale = d.scale;
+                        let mut o1 = ActBuffer::nan(DType::F32, 2 * DIMS.hv * DIMS.v);
+                        outcome(decode(
+                            b,
+                            &inp,
+                            &mut pool,
+                            &mut ring,
+                            &step,
+                            layer,
+                            &mut o1.dense_mut(2, DIMS.hv * DIMS.v),
+                        ))
+                    }
+                    "decode_materialize" => outcome(materialize(b, &mut pool, &mut ring, &slots)),
+                    _ => outcome(ring.finish_step(step)),
+                };
+                (out, pool.state() == &start[..])
+            }
+            "verify_fold" => {
+                d.slots = slots;
+                let cfg = resolve(&EngineFlags {
+                    linear_replayssm_spec_deferred_fold: true,
+                    ..EngineFlags::spec_ring(Variant::Gdn)
+                })
+                .unwrap();
+                let mut pool = CheckpointPool::new(&cfg, DIMS, LAYERS, s.slots).unwrap();
+                pool.state_mut().copy_from_slice(&start);
+                let mut dring = DeferredRing::for_pool(&pool, WINDOW, DType::F32, true).unwrap();
+                let out = outcome(verify_fold(
+                    b,
+                    &d.inputs(),
+                    None,
+                    &mut pool,
+                    layer,
+                    &mut o,
+                    &mut dring,
+                    None,
+                ));
+                (out, pool.state() == &start[..])
+            }
+            "defer" => {
+                let cfg = resolve(&EngineFlags {
+                    linear_replayssm_spec_deferred_fold: true,
+                    ..EngineFlags::spec_ring(Variant::Gdn)
+                })
+                .unwrap();
+                let mut pool = CheckpointPool::new(&cfg, DIMS, LAYERS, s.slots).unwrap();
+                pool.state_mut().copy_from_slice(&start);
+                let mut dring = DeferredRing::for_pool(&pool, WINDOW, DType::F32, true).unwrap();
+                (outcome(dring.commit(&slots, &lens)), pool.state() == &start[..])
+            }
+            e => panic!("unknown entry {e}"),
+        }
+    }
+}
+
+/// One definition of each host rule, as the Rust API reaches it: every row of
+/// `tests/callers/refusals.txt` (which the C ABI, the kernel layer and Python are held to) is
+/// refused by the typed host API with the same words and changes no state, except the rows the
+/// types cannot express, which are listed here with the type that rules them out.
+#[test]
+fn the_rust_api_refuses_every_row_of_the_shared_table_with_its_words() {
+    use shared_table::{call, rows, Outcome};
+    let mut unrepresentable = Vec::new();
+    let mut wrong = Vec::new();
+    let rows = rows();
+    for row in &rows {
+        let what = format!(
+            "{} | {}{} = {}",
+            row.entry,
+            row.name,
+            row.index.map(|i| format!("[{i}]")).unwrap_or_default(),
+            row.value
+        );
+        let (out, kept) = call(row);
+        assert!(kept, "{what}: a refusal changed the state");
+        match out {
+            Outcome::Refused(m) if m.contains(&row.says) => {}
+            Outcome::Refused(m) => wrong.push(format!("{what}: said {m:?}, not {:?}", row.says)),
+            Outcome::Accepted => wrong.push(format!("{what}: accepted")),
+            Outcome::Unrepresentable(why) => {
+                println!("not run through the Rust API: {what}: {why}");
+                unrepresentable.push(what);
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the Rust API disagrees with the table:\n{}",
+        wrong.join("\n")
+    );
+    // The rows the types rule out, exactly: a new row the API cannot express must be argued here.
+    assert_eq!(
+        unrepresentable,
+        [
+            "recurrent | max_seqlen = 0",
+            "verify | layer = -1",
+            "decode | positions[0] = 4",
+            "decode_materialize | positions[1] = -1",
+        ],
+        "the rows the typed API cannot express changed"
+    );
+    println!(
+        "shared refusal table through the Rust API: {} of {} rows",
+        rows.len() - unrepresentable.len(),
+        rows.len()
+    );
 }

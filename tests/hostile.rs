@@ -2609,8 +2609,8 @@ impl Refusal {
     fn entry(&self) -> Entry {
         match self.entry.as_str() {
             "recurrent" => Entry::Recurrent,
-            "verify" => Entry::Verify,
-            "fold" => Entry::Fold,
+            "verify" | "verify_tree" => Entry::Verify,
+            "fold" | "fold_tree" => Entry::Fold,
             "replay" => Entry::Replay,
             "decode" => Entry::Decode,
             "decode_materialize" => Entry::Materialize,
@@ -2625,9 +2625,19 @@ impl Refusal {
     /// or a scalar of the params (the C ABI's field of the same meaning).
     fn apply(&self, w: &mut World, p: &mut Params) {
         let int = || self.value.parse::<i32>().expect("an integer value");
+        // The tree forms: the world's verify already carries `parent`; F takes paths instead.
+        if let ("fold_tree", Params::Fold(f)) = (self.entry.as_str(), &mut *p) {
+            f.accept_lens = ptr::null();
+            f.accept_paths = w.paths.ptr();
+            f.path_width = W as i32;
+            f.track_slots = ptr::null();
+            f.track_steps = ptr::null();
+        }
         if let Some(i) = self.index {
             let array = match self.name.as_str() {
                 "slots" => &mut w.slots,
+                "parent" => &mut w.parent,
+                "accept_paths" => &mut w.paths,
                 "accept_lens" | "counts" => &mut w.lens,
                 "positions" => &mut w.positions,
                 "cu_seqlens" => &mut w.cu,

@@ -400,9 +400,9 @@ fn trees_and_paths_refuse_bad_input() {
     let cu = [0, 3, 5];
     // Topological order, range, length, size.
     for (parent, needle) in [
-        (vec![-1, 0, 2, -1, 0], "earlier position"),
-        (vec![-1, 0, 1, 0, 0], "earlier position"),
-        (vec![-1, -2, 1, -1, 0], "earlier position"),
+        (vec![-1, 0, 2, -1, 0], "earlier node"),
+        (vec![-1, 0, 1, 0, 0], "earlier node"),
+        (vec![-1, -2, 1, -1, 0], "earlier node"),
         (vec![-1, 0, 1, -1], "parent"),
     ] {
         let e = DraftTree::new(parent.clone(), &cu).unwrap_err();

@@ -1,7 +1,7 @@
 """One source of host checks: every row of tests/callers/fold_refusals.txt (the table the Rust API
 and the C ABI are held to in tests/callers.rs) and of tests/callers/refusals.txt (every entry; the
-C ABI and the kernel layer are held to it in tests/hostile.rs) is refused through Python with the
-same words, and a refusal writes nothing."""
+C ABI and the kernel layer are held to it in tests/hostile.rs, the Rust API in tests/callers.rs) is
+refused through Python with the same words, and a refusal writes nothing."""
 
 from pathlib import Path
 
@@ -46,6 +46,9 @@ def test_python_refuses_every_row_with_the_tables_words(K, slots, lens, track_sl
     assert np.array_equal(state, before), "a refusal wrote the pool"
 
 
+TREE_FORMS = {"verify_tree": "verify", "fold_tree": "fold"}
+
+
 def shared_rows():
     out = []
     for line in SHARED.read_text().splitlines():
@@ -61,12 +64,18 @@ def shared_rows():
 def test_python_refuses_every_row_of_the_shared_table_with_its_words(rng, entry, edit, says):
     from test_hostile import calls
 
-    fn, kw = calls(rng)[entry]
+    fn, kw = calls(rng)[TREE_FORMS.get(entry, entry)]
+    if entry == "verify_tree":  # V with parent: each request a chain
+        cu = kw["cu_seqlens"]
+        kw["parent"] = np.concatenate([np.arange(cu[r + 1] - cu[r]) - 1 for r in range(len(cu) - 1)]).astype(np.int32)
+    if entry == "fold_tree":  # F with accepted paths [B, W] instead of accept_lens
+        del kw["accept_lens"]
+        kw["accept_paths"] = np.array([[0, 1, -1, -1], [0, -1, -1, -1]], np.int32)
     name, value = [x.strip() for x in edit.split("=")]
     if "[" in name:
         name, i = name.rstrip("]").split("[")
         arr = np.array(kw[name], copy=True)
-        arr[int(i)] = int(value)
+        arr.reshape(-1)[int(i)] = int(value)  # i counts in memory order
         kw[name] = arr
     else:
         kw[name] = float(value) if name == "scale" else int(value)

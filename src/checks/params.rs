@@ -13,7 +13,6 @@ use crate::backend::Backend;
 use crate::checks::indices::{self, host_ints, live_slots};
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::limits::MAX_CACHE_LEN;
 
 type Check = Result<()>;
 
@@ -61,11 +60,46 @@ fn at_least(v: i64, min: i64, name: &str) -> Check {
     Ok(())
 }
 
-fn in_range(v: i32, lo: i32, hi: i32, name: &str) -> Check {
-    if v < lo || v > hi {
-        return Err(bad(format!("{name} = {v}, must be in {lo}..={hi}")));
+fn in_range(v: impl Into<i64>, lo: impl Into<i64>, hi: impl Into<i64>, name: &str) -> Check {
+    match crate::limits::outside(name, v.into(), lo.into(), hi.into()) {
+        Some(why) => Err(bad(why)),
+        None => Ok(()),
+    }
+}
+
+// The rules the typed Rust API states on its own values as well: one definition each, called by
+// the params checks below and by the wrappers' validation (`tokens`, `state::pool`,
+// `kernels::verify`), so a refusal reads the same from Rust, the C ABI and Python.
+
+/// The attention scale is finite.
+pub fn scale(scale: f32) -> Check {
+    if !scale.is_finite() {
+        return Err(bad(format!("scale = {scale} is not finite")));
     }
     Ok(())
+}
+
+/// `layer` is a layer of a pool of `num_layers` layers.
+pub fn layer(layer: i64, num_layers: i64) -> Check {
+    in_range(layer, 0, num_layers - 1, "layer")
+}
+
+/// A verify's draft tokens per request: `1..=MAX_VERIFY_WINDOW` (the window V is compiled for).
+pub fn draft_tokens(max_seqlen: i64) -> Check {
+    in_range(
+        max_seqlen,
+        1,
+        ffi::RSSM_MAX_VERIFY_WINDOW,
+        "max_seqlen (draft tokens per request)",
+    )
+}
+
+/// A decode ring's length (the A4 gate words the same rule).
+pub fn cache_len(cache_len: i64) -> Check {
+    match crate::limits::cache_len_outside(cache_len) {
+        Some(why) => Err(bad(why)),
+        None => Ok(()),
+    }
 }
 
 /// Vector loads of 16 bytes need 16-byte aligned bases on the device.
@@ -171,9 +205,7 @@ fn tokens(b: &ffi::rssm_base_params, t: &ffi::rssm_token_params, rows: i32) -> C
         )?;
         at_least(t.b_stride, hv, "b_stride (elements per token, at least HV)")?;
     }
-    if !t.scale.is_finite() {
-        return Err(bad(format!("scale = {} is not finite", t.scale)));
-    }
+    scale(t.scale)?;
     let (rows, act) = (rows as i64, act_bytes(b.dtype));
     extent("q", rows, t.q_stride, h * k, act)?;
     extent("k", rows, t.k_stride, h * k, act)?;
@@ -192,7 +224,7 @@ fn tokens(b: &ffi::rssm_base_params, t: &ffi::rssm_token_params, rows: i32) -> C
 fn base(b: &ffi::rssm_base_params, reach: Reach) -> Check {
     problem(b.H, b.HV, b.K, b.V, b.dtype, b.variant, b.qk_l2norm)?;
     pool(b.batch, b.num_slots, b.num_layers)?;
-    in_range(b.layer, 0, b.num_layers - 1, "layer")?;
+    layer(b.layer.into(), b.num_layers.into())?;
     nonnull(b.slots, "slots")?;
     nonnull(b.state, "state")?;
     dense("state", &[b.num_layers, b.num_slots, b.HV, b.V, b.K], 4)?;
@@ -352,7 +384,7 @@ fn implementation(kernel: crate::tuning::Kernel, b: &ffi::rssm_base_params, key:
 fn decode_ring(p: &ffi::rssm_decode_params, reach: Reach) -> Check {
     let b = &p.base;
     base(b, reach)?;
-    in_range(p.cache_len, 1, MAX_CACHE_LEN as i32, "cache_len")?;
+    cache_len(p.cache_len.into())?;
     let gw = if b.variant == 1 { b.K } else { 1 };
     let (nl, ns, l) = (b.num_layers, b.num_slots, p.cache_len);
     dense("ring_d", &[nl, ns, b.HV, l, b.V], 4)?;
@@ -418,12 +450,7 @@ pub(crate) fn verify(p: &ffi::rssm_verify_params, reach: impl Into<Reach>) -> Ch
     let (b, r) = (&p.base, &p.ring);
     base(b, reach)?;
     at_least(p.num_tokens as i64, 0, "num_tokens")?;
-    in_range(
-        p.max_seqlen,
-        1,
-        ffi::RSSM_MAX_VERIFY_WINDOW as i32,
-        "max_seqlen (draft tokens per request)",
-    )?;
+    draft_tokens(p.max_seqlen.into())?;
     nonnull(p.cu_seqlens, "cu_seqlens")?;
     let absent = [r.v.is_null(), r.k.is_null(), r.g.is_null(), r.beta.is_null()];
     if absent.iter().any(|&n| n) && !absent.iter().all(|&n| n) {
@@ -562,7 +589,7 @@ pub(crate) fn cursors(p: &ffi::rssm_cursor_params, reach: impl Into<Reach>) -> C
     in_range(p.op, 0, 2, "op (0 = SNAPSHOT, 1 = ADVANCE, 2 = RESET)")?;
     in_range(p.batch, 1, 65535, "batch")?;
     at_least(p.num_slots as i64, 1, "num_slots")?;
-    in_range(p.cache_len, 1, MAX_CACHE_LEN as i32, "cache_len")?;
+    cache_len(p.cache_len.into())?;
     nonnull(p.cursors, "cursors")?;
     nonnull(p.slots, "slots")?;
     if p.op != ffi::rssm_cursor_op_RSSM_CURSOR_RESET as i32 {

@@ -65,16 +65,8 @@ impl DraftTree {
         }
         let n = cu_seqlens[cu_seqlens.len() - 1] as usize;
         check_count("parent", parent.len(), n, "one per token")?;
-        for (r, w) in cu_seqlens.windows(2).enumerate() {
-            for i in 0..(w[1] - w[0]) as usize {
-                let p = parent[w[0] as usize + i];
-                if p < -1 || p >= i as i32 {
-                    return Err(tree_error(format!(
-                        "parent of request {r}'s position {i} is {p}; it must be -1 (child of the checkpoint) or an earlier position 0..{i} (parents precede children)"
-                    )));
-                }
-            }
-        }
+        // The rule the C ABI and the kernels apply to `parent` (every request a live row here).
+        crate::checks::indices::parents(&parent, cu_seqlens, &vec![0; cu_seqlens.len() - 1])?;
         Ok(DraftTree {
             parent,
             cu_seqlens: cu_seqlens.to_vec(),
@@ -159,6 +151,9 @@ impl AcceptedPaths {
                 got: format!("{} elements with P = {width}", paths.len()),
             });
         }
+        // The rule the C ABI's path mode applies (increasing positions, -1 padded), then the
+        // tree's own: each path follows parent links within its request's nodes.
+        crate::checks::indices::paths(&paths, width, &vec![0; batch], MAX_TREE_NODES as i32)?;
         let mut lens = Vec::with_capacity(batch);
         for (b, row) in paths.chunks_exact(width).enumerate() {
             let n = row.iter().take_while(|&&x| x >= 0).count();

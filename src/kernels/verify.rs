@@ -15,7 +15,6 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::kernels::params::{ring_write, Base};
 use crate::kernels::tree::DraftTree;
-use crate::limits::MAX_VERIFY_WINDOW;
 use crate::memory::{ActLayout, Device, DeviceActViewMut, DeviceSlice, Memory, Stream};
 use crate::reference;
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
@@ -44,14 +43,7 @@ pub fn validate_verify<M: Memory>(
     let (n, batch, max_seqlen) = validate_tokens(backend, inp, o)?;
     check_spec_pool(pool)?;
     pool.check_inputs(inp.variant, &inp.dims, layer)?;
-    if max_seqlen > MAX_VERIFY_WINDOW {
-        return Err(Error::InvalidValue {
-            what: "verify window",
-            why: format!(
-                "a request has {max_seqlen} draft positions; the verify kernel takes at most {MAX_VERIFY_WINDOW}"
-            ),
-        });
-    }
+    crate::checks::params::draft_tokens(max_seqlen as i64)?;
     if let Some(r) = ring {
         check_ring_matches(r, pool)?;
         if r.shape.dtype != inp.q.dtype() {

@@ -8,7 +8,6 @@
 use crate::checks::check_slots;
 use crate::config::{GateError, Mode, PoolRole};
 use crate::error::{Error, Result};
-use crate::limits::MAX_CACHE_LEN;
 use crate::memory::{Device, DeviceVec, Host, Location, Memory, Storage, Stream};
 use crate::state::pool::{CheckpointPool, PoolShape};
 
@@ -124,8 +123,9 @@ fn attach_gates<M: Memory>(pool: &CheckpointPool<M>) -> Result<usize> {
     let Mode::Buffered { cache_len } = pool.mode() else {
         return Err(GateError::RingWithoutBufferedDecode.into());
     };
-    if cache_len == 0 || cache_len > MAX_CACHE_LEN {
-        return Err(GateError::CacheLen { got: cache_len as i64 }.into());
+    let got = i64::try_from(cache_len).unwrap_or(i64::MAX);
+    if let Some(why) = crate::limits::cache_len_outside(got) {
+        return Err(GateError::CacheLen { got, why }.into());
     }
     Ok(cache_len)
 }

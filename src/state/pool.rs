@@ -139,13 +139,7 @@ impl<M: Memory> CheckpointPool<M> {
                 why: format!("pool is {} {:?}, inputs are {variant} {dims:?}", s.variant, s.dims),
             });
         }
-        if layer >= s.layers {
-            return Err(Error::InvalidValue {
-                what: "layer",
-                why: format!("layer {layer} of a pool of {} layers", s.layers),
-            });
-        }
-        Ok(())
+        crate::checks::params::layer(i64::try_from(layer).unwrap_or(i64::MAX), s.layers as i64)
     }
 
     fn check_index(&self, layer: usize, slot: usize) -> Result<()> {
