@@ -170,9 +170,9 @@ mod shared_table {
     use super::common::{spec, spec_chain::spec_pool};
     use replayssm::config::{resolve, EngineFlags};
     use replayssm::{
-        decode, fold, fold_tree, materialize, recurrent, replay, verify, verify_fold, AcceptedPaths, ActBuffer,
-        Backend, CheckpointPool, DType, DecodeRing, DeferredRing, DraftTree, ForceFlush, HeadDims, RecurrentOutputs,
-        RingShape, SpecRing, Variant,
+        decode, fold, materialize, recurrent, replay, verify, verify_fold, AcceptedPaths, ActBuffer, Backend,
+        CheckpointPool, DType, DecodeRing, DeferredRing, DraftTree, ForceFlush, HeadDims, RecurrentOutputs, RingShape,
+        SpecRing, Variant,
     };
     use replayssm_tools::workload::RecurrentData;
 
@@ -365,7 +365,7 @@ mod shared_table {
                 let mut paths = vec![0, 1, -1, -1, 0, -1, -1, -1];
                 row.edit("accept_paths", &mut paths);
                 let out = match AcceptedPaths::new(&tree, paths, WINDOW) {
-                    Ok(a) => outcome(fold_tree(b, &mut pool, &ring, &slots, &a, None)),
+                    Ok(a) => outcome(fold(b, &mut pool, &ring, &slots, &a, None)),
                     Err(e) => Outcome::Refused(e.to_string()),
                 };
                 (out, pool.state() == &start[..])

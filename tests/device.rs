@@ -12,8 +12,8 @@ use replayssm::config::{resolve, EngineFlags};
 use replayssm::kernels::decode::DecodeRows;
 use replayssm::memory::{DeviceAct, DeviceSlice, DeviceVec, Location, Stream};
 use replayssm::{
-    fold, fold_tree, materialize, recurrent, replay, verify, AcceptedPaths, ActBuffer, Backend, CheckpointPool, DType,
-    DecodeRing, Device, DraftTree, Error, ForceFlush, HeadDims, RecurrentOutputs, SpecRing, Track, Variant,
+    fold, materialize, recurrent, replay, verify, AcceptedPaths, ActBuffer, Backend, CheckpointPool, DType, DecodeRing,
+    Device, DeviceAccepted, DraftTree, Error, ForceFlush, HeadDims, RecurrentOutputs, SpecRing, Track, Variant,
 };
 use replayssm_tools::staged::DeviceTokens;
 use replayssm_tools::workload::RecurrentData;
@@ -243,10 +243,19 @@ fn device_tree_verify_and_fold_match_the_host_calls_bit_for_bit() {
         .unwrap();
     assert_eq!(act_bits(&o), act_bits(&o_dev.to_host(&stream).unwrap()), "VT outputs");
     let paths = AcceptedPaths::from_nodes(&tree, &[Some(3), Some(2)]).unwrap();
-    fold_tree(Backend::Emulated, &mut pool, &ring, &data.slots, &paths, None).unwrap();
+    fold(Backend::Emulated, &mut pool, &ring, &data.slots, &paths, None).unwrap();
     let (slots, p) = (ints(&stream, &data.slots), ints(&stream, paths.as_slice()));
     stream
-        .fold_tree(&mut dpool, &dring, slots.as_slice(), p.as_slice(), paths.width(), None)
+        .fold(
+            &mut dpool,
+            &dring,
+            slots.as_slice(),
+            DeviceAccepted::Paths {
+                paths: p.as_slice(),
+                width: paths.width(),
+            },
+            None,
+        )
         .unwrap();
     assert_eq!(bits(pool.state()), bits(&dpool.state_vec(&stream)), "FT");
 }

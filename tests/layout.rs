@@ -746,7 +746,15 @@ fn no_root_item_is_both_a_module_and_a_function() {
     }
     // The functions stay at the root.
     let lib = Crate::library();
-    for f in ["decode", "recurrent", "verify", "fold", "replay", "fold_tree"] {
+    for f in [
+        "decode",
+        "recurrent",
+        "verify",
+        "fold",
+        "replay",
+        "verify_fold",
+        "materialize",
+    ] {
         assert!(lib.root.uses.contains_key(f), "replayssm::{f} is no longer re-exported");
     }
 }

@@ -18,7 +18,7 @@ use replayssm::spec::Track;
 use replayssm::tree::{AcceptedPaths, DraftTree, MAX_TREE_NODES};
 use replayssm::tuning::{self, Choice, Kernel};
 use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
-use replayssm_tools::staged::{fold_tree, verify};
+use replayssm_tools::staged::{fold, verify};
 use replayssm_tools::workload::{GateData, RecurrentData, TreeShape};
 
 /// The tokens of request `r`'s root path to node `i`, as a one-request workload.
@@ -262,7 +262,7 @@ fn tree_commit_chain_once(backend: Backend, variant: Variant, dims: HeadDims, dt
             slots: &track_slots[..],
             steps: &track_steps[..],
         };
-        fold_tree(backend, &mut pool_ft, &ring, &live, &paths, Some(track)).unwrap();
+        fold(backend, &mut pool_ft, &ring, &live, &paths, Some(track)).unwrap();
         folded += paths.lens().iter().sum::<i32>() as usize;
 
         for (l, w) in windows.iter().enumerate() {
@@ -461,13 +461,13 @@ fn trees_and_paths_refuse_bad_input() {
     // Ring window 4 is too small for a path through position 4.
     let deep = DraftTree::new(vec![-1, 0, 1, 2, 3], &[0, 5]).unwrap();
     let paths = AcceptedPaths::from_nodes(&deep, &[Some(4)]).unwrap();
-    let e = fold_tree(Backend::Emulated, &mut pool, &ring, &[0], &paths, None).unwrap_err();
+    let e = fold(Backend::Emulated, &mut pool, &ring, &[0], &paths, None).unwrap_err();
     assert!(e.to_string().contains("window"), "{e}");
     // One row per request.
-    let e = fold_tree(Backend::Emulated, &mut pool, &ring, &[0, 1, 2], &ok, None).unwrap_err();
+    let e = fold(Backend::Emulated, &mut pool, &ring, &[0, 1, 2], &ok, None).unwrap_err();
     assert!(matches!(e, Error::Shape { .. }), "{e}");
     // Track step beyond the path.
-    let e = fold_tree(
+    let e = fold(
         Backend::Emulated,
         &mut pool,
         &ring,

@@ -1,7 +1,7 @@
 //! Kernel F, fold-every-commit (design §4 F): one launch replays each live request's accepted ring
 //! records (bonus token included) into its fp32 checkpoint in every layer, bit-identical to
-//! kernel R, with optional radix-cache track snapshots; its path mode FT commits an accepted
-//! root path of a draft tree ([`crate::kernels::tree`]).
+//! kernel R, with optional radix-cache track snapshots; its path mode FT ([`Accepted::Paths`])
+//! commits an accepted root path of a draft tree ([`crate::kernels::tree`]).
 //!
 //! Device code: `csrc/include/replayssm/device/fold.cuh` (over `replay.cuh`'s `replay_slot`);
 //! launcher `csrc/kernels/fold.cu`; reference: [`crate::kernels::replay`]'s replay of the ring;
@@ -14,6 +14,8 @@ use crate::ffi;
 use crate::kernels::params::ring_replay;
 pub use crate::kernels::replay::Track;
 use crate::kernels::replay::{check_fold_args, replay_reference, Commit};
+use crate::kernels::tree::AcceptedPaths;
+use crate::limits::MAX_TREE_NODES;
 use crate::memory::{Device, DeviceSlice, Memory, SliceRef, Stream};
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::pool::CheckpointPool;
@@ -33,36 +35,150 @@ pub fn track_step(pre: u64, n: u64, interval: u64) -> Option<u64> {
     Some(((post / interval) * interval).saturating_sub(pre + 1))
 }
 
-/// Kernel F on host memory: replays `accept_lens[b]` ring records (bonus token included;
-/// 0 = no-op) of each live request into its checkpoint, in every layer, in one launch. On device
-/// memory: [`Stream::fold`].
-pub fn fold(
+/// What a fold commits of each request's window, on host memory.
+#[derive(Clone, Copy, Debug)]
+pub enum Accepted<'a> {
+    /// Kernel F: `accept_lens [B]`, each request's first n window records (bonus token
+    /// included; 0 = no-op).
+    Lens(&'a [i32]),
+    /// Kernel FT: each request's accepted root path of its draft tree (window positions, in
+    /// order), validated against the tree; `track` steps count path steps.
+    Paths(&'a AcceptedPaths),
+}
+
+impl<'a> From<&'a [i32]> for Accepted<'a> {
+    fn from(lens: &'a [i32]) -> Self {
+        Accepted::Lens(lens)
+    }
+}
+
+impl<'a> From<&'a Vec<i32>> for Accepted<'a> {
+    fn from(lens: &'a Vec<i32>) -> Self {
+        Accepted::Lens(lens)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [i32; N]> for Accepted<'a> {
+    fn from(lens: &'a [i32; N]) -> Self {
+        Accepted::Lens(lens)
+    }
+}
+
+impl<'a> From<&'a AcceptedPaths> for Accepted<'a> {
+    fn from(paths: &'a AcceptedPaths) -> Self {
+        Accepted::Paths(paths)
+    }
+}
+
+/// What a fold commits of each request's window, on device memory (the kernel checks the
+/// contents: a row that is not a valid length or an increasing path inside the window is
+/// skipped and flagged in the stream's error word).
+#[derive(Clone, Copy, Debug)]
+pub enum DeviceAccepted<'a> {
+    /// Kernel F: `accept_lens [B]`.
+    Lens(DeviceSlice<'a, i32>),
+    /// Kernel FT: `paths [B, width]`, each request's accepted window positions from the root,
+    /// -1 padded.
+    Paths { paths: DeviceSlice<'a, i32>, width: usize },
+}
+
+impl<'a> From<DeviceSlice<'a, i32>> for DeviceAccepted<'a> {
+    fn from(lens: DeviceSlice<'a, i32>) -> Self {
+        DeviceAccepted::Lens(lens)
+    }
+}
+
+/// Kernel F on host memory: replays each live request's accepted ring records (a prefix of its
+/// window, or with [`Accepted::Paths`] a root path of its draft tree: FT) into its checkpoint, in
+/// every layer, in one launch. On device memory: [`Stream::fold`].
+pub fn fold<'a>(
     backend: Backend,
     pool: &mut CheckpointPool,
     ring: &SpecRing,
     slots: &[i32],
-    accept_lens: &[i32],
+    accepted: impl Into<Accepted<'a>>,
     track: Option<Track<'_>>,
 ) -> Result<()> {
-    fold_commit(backend, pool, ring, slots, Commit::Prefix(accept_lens), track)
+    fold_commit(
+        backend,
+        pool,
+        ring,
+        slots,
+        host_commit(ring, slots, accepted.into())?,
+        track,
+    )
 }
 
 impl Stream {
-    /// Kernel F on device memory, enqueued on this stream: no allocation, copy or
-    /// synchronisation; rows with bad device-side indices or lengths are skipped and flagged in
-    /// the stream's error word.
-    pub fn fold(
+    /// Kernel F (FT with [`DeviceAccepted::Paths`]) on device memory, enqueued on this stream:
+    /// no allocation, copy or synchronisation; rows with bad device-side indices, lengths or
+    /// paths are skipped and flagged in the stream's error word.
+    pub fn fold<'a>(
         &self,
         pool: &mut CheckpointPool<Device>,
         ring: &SpecRing<Device>,
         slots: DeviceSlice<'_, i32>,
-        accept_lens: DeviceSlice<'_, i32>,
+        accepted: impl Into<DeviceAccepted<'a>>,
         track: Option<Track<'_, Device>>,
     ) -> Result<()> {
-        let commit = Commit::Prefix(accept_lens);
+        let commit = match accepted.into() {
+            DeviceAccepted::Lens(lens) => Commit::Prefix(lens),
+            DeviceAccepted::Paths { paths, width } => {
+                let most = MAX_TREE_NODES.min(ring.shape.window);
+                if width == 0 || width > most || paths.len() != slots.len() * width {
+                    return Err(Error::Shape {
+                        tensor: "accept_paths",
+                        expected: format!(
+                            "[B={}, P] with 1 <= P <= {most} (the tree limit and the ring window)",
+                            slots.len()
+                        ),
+                        got: format!("{} elements with P = {width}", paths.len()),
+                    });
+                }
+                Commit::Path {
+                    paths,
+                    width,
+                    lens: None,
+                }
+            }
+        };
         check_fold(self.backend(), pool, ring, &slots, &commit, track.as_ref())?;
         fold_kernel(&Exec::on(self), pool, ring, &slots, commit, track)
     }
+}
+
+/// A host commit as kernel F reads it: the lengths, or the paths checked against the ring and
+/// the batch.
+fn host_commit<'a>(ring: &SpecRing, slots: &[i32], accepted: Accepted<'a>) -> Result<Commit<'a>> {
+    let paths = match accepted {
+        Accepted::Lens(lens) => return Ok(Commit::Prefix(lens)),
+        Accepted::Paths(p) => p,
+    };
+    if paths.lens().len() != slots.len() {
+        return Err(Error::Shape {
+            tensor: "accept_path",
+            expected: format!("[{}, P] (one row per request)", slots.len()),
+            got: format!("[{}, {}]", paths.lens().len(), paths.width()),
+        });
+    }
+    let window = ring.shape.window;
+    if paths.width() > window {
+        return Err(Error::InvalidValue {
+            what: "accept_path",
+            why: format!("P = {} columns exceed the ring window W = {window}", paths.width()),
+        });
+    }
+    if let Some(&pos) = paths.as_slice().iter().find(|&&x| x >= window as i32) {
+        return Err(Error::InvalidValue {
+            what: "accept_path",
+            why: format!("position {pos} is outside the ring window W = {window}"),
+        });
+    }
+    Ok(Commit::Path {
+        paths: paths.as_slice(),
+        width: paths.width(),
+        lens: Some(paths.lens()),
+    })
 }
 
 /// The S1 checks of a fold in either mode, before anything is written.
@@ -98,22 +214,16 @@ pub(crate) fn check_fold<M: Memory>(
 }
 
 /// The checks [`fold`] runs before anything is written (host memory, contents included).
-pub fn validate_fold(
+pub fn validate_fold<'a>(
     backend: Backend,
     pool: &CheckpointPool,
     ring: &SpecRing,
     slots: &[i32],
-    accept_lens: &[i32],
+    accepted: impl Into<Accepted<'a>>,
     track: Option<Track<'_>>,
 ) -> Result<()> {
-    check_fold(
-        backend,
-        pool,
-        ring,
-        &slots,
-        &Commit::Prefix(accept_lens),
-        track.as_ref(),
-    )
+    let commit = host_commit(ring, slots, accepted.into())?;
+    check_fold(backend, pool, ring, &slots, &commit, track.as_ref())
 }
 
 /// Kernel F on host memory in either mode (prefix or path), after the S1 checks.

@@ -4,7 +4,7 @@
 //! [`Stream::verify`] with a tree): the strictly-lower window mask
 //! becomes the strict-ancestor mask and the decays sum along each node's root path, so every
 //! node's output is kernel R's output along its root path. Kernel **FT** is kernel F in path
-//! mode: it replays an accepted root-to-node path (window positions, in order) into the
+//! mode ([`crate::fold`] with [`AcceptedPaths`], [`Stream::fold`] with a paths array): it replays an accepted root-to-node path (window positions, in order) into the
 //! checkpoint, bit-identical to R along that path.
 //!
 //! Device code: `csrc/include/replayssm/device/verify.cuh` (`build_tree`, the masks) and
@@ -14,16 +14,11 @@
 //! Limits: at most [`MAX_TREE_NODES`] nodes per request (root/bonus position included), hence
 //! depth at most [`MAX_TREE_NODES`]; any branching.
 
-use crate::backend::Backend;
 use crate::checks::check_count;
 use crate::error::{Error, Result};
-use crate::kernels::fold::{check_fold, fold_commit, fold_kernel};
-use crate::kernels::replay::{Commit, Track};
 use crate::limits::MAX_TREE_NODES;
-use crate::memory::{Device, DeviceSlice, Stream};
-use crate::runtime::launch::Exec;
-use crate::state::pool::CheckpointPool;
-use crate::state::spec_ring::SpecRing;
+#[cfg(doc)]
+use crate::memory::Stream;
 
 fn tree_error(why: String) -> Error {
     Error::InvalidValue {
@@ -233,96 +228,5 @@ impl AcceptedPaths {
     /// Request `b`'s path (window positions, root first).
     pub fn path(&self, b: usize) -> &[i32] {
         &self.paths[b * self.width..b * self.width + self.lens[b] as usize]
-    }
-}
-
-/// The checks [`fold_tree`] runs before anything is written.
-pub fn validate_fold_tree(
-    backend: Backend,
-    pool: &CheckpointPool,
-    ring: &SpecRing,
-    slots: &[i32],
-    accepted: &AcceptedPaths,
-    track: Option<Track<'_>>,
-) -> Result<()> {
-    let commit = check_paths(ring, slots, accepted)?;
-    check_fold(backend, pool, ring, &slots, &commit, track.as_ref())
-}
-
-/// The accepted paths against the ring and the batch, as the commit kernel F reads them.
-fn check_paths<'a>(ring: &SpecRing, slots: &[i32], accepted: &'a AcceptedPaths) -> Result<Commit<'a>> {
-    if accepted.lens.len() != slots.len() {
-        return Err(Error::Shape {
-            tensor: "accept_path",
-            expected: format!("[{}, P] (one row per request)", slots.len()),
-            got: format!("[{}, {}]", accepted.lens.len(), accepted.width),
-        });
-    }
-    let window = ring.shape.window;
-    if accepted.width > window {
-        return Err(Error::InvalidValue {
-            what: "accept_path",
-            why: format!("P = {} columns exceed the ring window W = {window}", accepted.width),
-        });
-    }
-    if let Some(&pos) = accepted.paths.iter().find(|&&x| x >= window as i32) {
-        return Err(Error::InvalidValue {
-            what: "accept_path",
-            why: format!("position {pos} is outside the ring window W = {window}"),
-        });
-    }
-    Ok(Commit::Path {
-        paths: accepted.paths.as_slice(),
-        width: accepted.width,
-        lens: Some(&accepted.lens),
-    })
-}
-
-/// Kernel FT on host memory: replays each live request's accepted path (window positions, in
-/// order) of the ring into its checkpoint, in every layer, in one launch; `track` steps count
-/// path steps. On device memory: [`Stream::fold_tree`].
-pub fn fold_tree(
-    backend: Backend,
-    pool: &mut CheckpointPool,
-    ring: &SpecRing,
-    slots: &[i32],
-    accepted: &AcceptedPaths,
-    track: Option<Track<'_>>,
-) -> Result<()> {
-    fold_commit(backend, pool, ring, slots, check_paths(ring, slots, accepted)?, track)
-}
-
-impl Stream {
-    /// Kernel FT on device memory, enqueued on this stream: `paths [B, width]` lists each row's
-    /// accepted window positions from the root, -1 padded (the kernel skips and flags a row
-    /// that is not an increasing path inside the window).
-    pub fn fold_tree(
-        &self,
-        pool: &mut CheckpointPool<Device>,
-        ring: &SpecRing<Device>,
-        slots: DeviceSlice<'_, i32>,
-        paths: DeviceSlice<'_, i32>,
-        width: usize,
-        track: Option<Track<'_, Device>>,
-    ) -> Result<()> {
-        let window = ring.shape.window;
-        if width == 0 || width > MAX_TREE_NODES.min(window) || paths.len() != slots.len() * width {
-            return Err(Error::Shape {
-                tensor: "accept_paths",
-                expected: format!(
-                    "[B={}, P] with 1 <= P <= {} (the tree limit and the ring window)",
-                    slots.len(),
-                    MAX_TREE_NODES.min(window)
-                ),
-                got: format!("{} elements with P = {width}", paths.len()),
-            });
-        }
-        let commit = Commit::Path {
-            paths,
-            width,
-            lens: None,
-        };
-        check_fold(self.backend(), pool, ring, &slots, &commit, track.as_ref())?;
-        fold_kernel(&Exec::on(self), pool, ring, &slots, commit, track)
     }
 }

@@ -20,7 +20,7 @@ use crate::checks::check_count;
 use crate::dtype::ActViewMut;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::kernels::fold::fold_commit;
+use crate::kernels::fold::{fold_commit, DeviceAccepted};
 use crate::kernels::replay::{replay_reference, Commit, Track};
 use crate::kernels::tree::{AcceptedPaths, DraftTree};
 use crate::kernels::verify::{validate_verify, verify_params, verify_reference, write_ring_reference_at, VerifyPlan};
@@ -152,40 +152,36 @@ impl Stream {
     }
 
     /// Once per step, after the step's last layer's VF (not after each layer): each live row's
-    /// slot now holds, pending, the first `accept_lens[b]` records of the window VF just wrote
-    /// (device memory, graph-safe).
-    pub fn defer_commit(
+    /// slot now holds, pending, what it accepted of the window VF just wrote: the first
+    /// `accept_lens[b]` records, or with [`DeviceAccepted::Paths`] (a tree step) row `b`'s
+    /// window positions (device memory, graph-safe).
+    pub fn defer_commit<'a>(
         &self,
         dring: &mut DeferredRing<Device>,
         slots: DeviceSlice<'_, i32>,
-        accept_lens: DeviceSlice<'_, i32>,
+        accepted: impl Into<DeviceAccepted<'a>>,
     ) -> Result<()> {
-        check_count("accept_lens", accept_lens.len(), slots.len(), "")?;
-        defer_kernel(self, dring, ffi::rssm_defer_op_RSSM_DEFER_COMMIT, &slots, |exec, p| {
-            p.accept_lens = exec.slice("accept_lens", &accept_lens)?;
-            Ok(())
-        })
-    }
-
-    /// [`Stream::defer_commit`] of a tree step: row `b` of `accepted_paths` (`[B, width]`
-    /// window positions, -1 padded) is what stays pending.
-    pub fn defer_commit_paths(
-        &self,
-        dring: &mut DeferredRing<Device>,
-        slots: DeviceSlice<'_, i32>,
-        accepted_paths: DeviceSlice<'_, i32>,
-        width: usize,
-    ) -> Result<()> {
-        if width == 0 || width > dring.window() || accepted_paths.len() != slots.len() * width {
-            return Err(Error::Shape {
-                tensor: "accepted_paths",
-                expected: format!("[{}, P] with 1 <= P <= W = {}", slots.len(), dring.window()),
-                got: format!("{} elements with P = {width}", accepted_paths.len()),
-            });
+        let accepted = accepted.into();
+        match accepted {
+            DeviceAccepted::Lens(lens) => check_count("accept_lens", lens.len(), slots.len(), "")?,
+            DeviceAccepted::Paths { paths, width } => {
+                if width == 0 || width > dring.window() || paths.len() != slots.len() * width {
+                    return Err(Error::Shape {
+                        tensor: "accepted_paths",
+                        expected: format!("[{}, P] with 1 <= P <= W = {}", slots.len(), dring.window()),
+                        got: format!("{} elements with P = {width}", paths.len()),
+                    });
+                }
+            }
         }
         defer_kernel(self, dring, ffi::rssm_defer_op_RSSM_DEFER_COMMIT, &slots, |exec, p| {
-            p.accept_paths = exec.slice("accepted_paths", &accepted_paths)?;
-            p.path_width = width as i32;
+            match accepted {
+                DeviceAccepted::Lens(lens) => p.accept_lens = exec.slice("accept_lens", &lens)?,
+                DeviceAccepted::Paths { paths, width } => {
+                    p.accept_paths = exec.slice("accepted_paths", &paths)?;
+                    p.path_width = width as i32;
+                }
+            }
             Ok(())
         })
     }
@@ -207,13 +203,11 @@ impl Stream {
             p.paths = exec.slice_mut("paths", &mut paths)?;
             Ok(())
         })?;
-        let commit = Commit::Path {
+        let gathered = DeviceAccepted::Paths {
             paths: paths.as_slice(),
             width: w,
-            lens: None,
         };
-        crate::kernels::fold::check_fold(self.backend(), pool, &dring.ring, &slots, &commit, None)?;
-        crate::kernels::fold::fold_kernel(&Exec::on(self), pool, &dring.ring, &slots, commit, None)?;
+        self.fold(pool, &dring.ring, slots, gathered, None)?;
         self.defer_reset(dring, slots)
     }
 

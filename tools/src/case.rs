@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
-use crate::staged::{fold, fold_tree, recurrent, verify, verify_fold};
+use crate::staged::{fold, recurrent, verify, verify_fold};
 use crate::workload::{GateData, RecurrentData};
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
@@ -896,7 +896,7 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
                 fold(backend, &mut pool, &ring, &case.data.slots, accept, None).map_err(run_err)?;
             }
             if let Some(paths) = &case.accept_path {
-                fold_tree(backend, &mut pool, &ring, &case.data.slots, paths, None).map_err(run_err)?;
+                fold(backend, &mut pool, &ring, &case.data.slots, paths, None).map_err(run_err)?;
             }
             state = pool.state().to_vec();
         }

@@ -11,9 +11,10 @@ use replayssm::kernels::decode::DecodeRows;
 use replayssm::kernels::recurrent::{RecurrentOutputs, RecurrentPlan};
 use replayssm::kernels::verify::VerifyPlan;
 use replayssm::memory::{DeviceAct, DeviceActView, DeviceSeqlens, DeviceVec, Stream};
+use replayssm::DeviceAccepted;
 use replayssm::{
-    AcceptedPaths, Backend, CheckpointPool, DecodeInputs, DecodeRing, DecodeStep, DeferredRing, Device, DraftTree,
-    Gate, RecurrentInputs, Result, SpecRing, Track,
+    Accepted, Backend, CheckpointPool, DecodeInputs, DecodeRing, DecodeStep, DeferredRing, Device, DraftTree, Gate,
+    RecurrentInputs, Result, SpecRing, Track,
 };
 
 /// The stream of one staged call and its uploads.
@@ -333,52 +334,35 @@ fn track_view(t: &Option<(DeviceVec<i32>, DeviceVec<i32>)>) -> Option<Track<'_, 
     })
 }
 
-/// Kernel F: [`replayssm::fold`], staged on Cuda.
-pub fn fold(
+/// Kernel F (FT with [`Accepted::Paths`]): [`replayssm::fold`], staged on Cuda.
+pub fn fold<'a>(
     backend: Backend,
     pool: &mut CheckpointPool,
     ring: &SpecRing,
     slots: &[i32],
-    accept_lens: &[i32],
+    accepted: impl Into<Accepted<'a>>,
     track: Option<Track<'_>>,
 ) -> Result<()> {
+    let accepted = accepted.into();
     if backend != Backend::Cuda {
-        return replayssm::fold(backend, pool, ring, slots, accept_lens, track);
+        return replayssm::fold(backend, pool, ring, slots, accepted, track);
     }
-    replayssm::kernels::fold::validate_fold(backend, pool, ring, slots, accept_lens, track)?;
+    replayssm::kernels::fold::validate_fold(backend, pool, ring, slots, accepted, track)?;
     let up = Up::new()?;
     let (mut dpool, dring) = state_up(&up, pool, ring)?;
-    let (s, a, t) = (up.ints(slots)?, up.ints(accept_lens)?, track_up(&up, track)?);
-    up.stream
-        .fold(&mut dpool, &dring, s.as_slice(), a.as_slice(), track_view(&t))?;
-    up.stream.check_errors()?;
-    dpool.download(&up.stream, pool.state_mut())
-}
-
-/// Kernel FT: [`replayssm::fold_tree`], staged on Cuda.
-pub fn fold_tree(
-    backend: Backend,
-    pool: &mut CheckpointPool,
-    ring: &SpecRing,
-    slots: &[i32],
-    accepted: &AcceptedPaths,
-    track: Option<Track<'_>>,
-) -> Result<()> {
-    if backend != Backend::Cuda {
-        return replayssm::fold_tree(backend, pool, ring, slots, accepted, track);
-    }
-    replayssm::kernels::tree::validate_fold_tree(backend, pool, ring, slots, accepted, track)?;
-    let up = Up::new()?;
-    let (mut dpool, dring) = state_up(&up, pool, ring)?;
-    let (s, p, t) = (up.ints(slots)?, up.ints(accepted.as_slice())?, track_up(&up, track)?);
-    up.stream.fold_tree(
-        &mut dpool,
-        &dring,
-        s.as_slice(),
-        p.as_slice(),
-        accepted.width(),
-        track_view(&t),
-    )?;
+    let (s, t) = (up.ints(slots)?, track_up(&up, track)?);
+    let (ints, width) = match accepted {
+        Accepted::Lens(lens) => (up.ints(lens)?, None),
+        Accepted::Paths(p) => (up.ints(p.as_slice())?, Some(p.width())),
+    };
+    let a = match width {
+        None => DeviceAccepted::Lens(ints.as_slice()),
+        Some(width) => DeviceAccepted::Paths {
+            paths: ints.as_slice(),
+            width,
+        },
+    };
+    up.stream.fold(&mut dpool, &dring, s.as_slice(), a, track_view(&t))?;
     up.stream.check_errors()?;
     dpool.download(&up.stream, pool.state_mut())
 }
