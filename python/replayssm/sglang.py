@@ -31,6 +31,7 @@ memory (emulated backend) the library reads them before launching and raises
 `replayssm.InvalidArgument` naming the index, writing nothing; on CUDA the kernels skip those rows
 and set a bit in the error word: pass `error_word=` (a [1] int32 tensor, our extension) and
 `replayssm.check_error_word` it after the step.
+Index tensors may be int32 or int64 (narrowed, range-checked on the host; docs/sglang.md).
 The committed checkpoint is bit-identical to replayssm's recurrent kernel R (SGLang's fold can
 differ from its own verify by an ulp). `max_seqlen=` (our extension) bounds the draft tokens
 per request; without it the CPU path reads `cu_seqlens`, the CUDA path uses the ring length
@@ -150,11 +151,43 @@ def _f32_param(fn, name, x, shape):
     return x.float() if _is_torch(x) else x.astype("float32")
 
 
-def _i32(fn, name, x, n=None):
+_I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def _is_int64(x):
+    return str(getattr(x, "dtype", "")) in ("int64", "torch.int64")
+
+
+def _index(fn, name, x, n=None):
+    """An index tensor as SGLang passes it, int32 or int64, as the library's int32: `(x32, t)`.
+    An int64 one is narrowed into a new tensor (the caller's is never written). On the host every
+    value is checked first (one outside int32 is refused by name); on CUDA a check would be a
+    device sync, so a value outside int32 becomes INT32_MAX, which every index rule of the kernels
+    flags (slot, length, position, track step and seqlens alike) instead of wrapping into range."""
+    dtype = str(getattr(x, "dtype", ""))
+    if x is not None and dtype not in ("int32", "torch.int32", "int64", "torch.int64"):
+        _bad("%s: %s has dtype %s, expected int32 or int64 (an index tensor)" % (fn, name, dtype or type(x).__name__))
+    if x is not None and _is_int64(x):
+        if _is_torch(x) and x.device.type != "cpu":
+            import torch
+            out = (x < _I32_MIN) | (x > _I32_MAX)
+            x = torch.where(out, torch.full_like(x, _I32_MAX), x).to(torch.int32)
+        else:
+            host = x.numpy() if _is_torch(x) else x
+            bad = [i for i, v in enumerate(host.reshape(-1).tolist()) if not _I32_MIN <= v <= _I32_MAX]
+            if bad:
+                i = bad[0]
+                _bad("%s: %s[%d] = %d does not fit the library's int32 indices (must be in %d..=%d)"
+                     % (fn, name, i, host.reshape(-1)[i], _I32_MIN, _I32_MAX))
+            if _is_torch(x):
+                import torch
+                x = x.to(torch.int32)
+            else:
+                x = x.astype("int32")
     t = _info(fn, name, x, (1,), ("i32",))
     if n is not None and t.shape[0] != n:
         _bad("%s: %s has %d entries, expected %d (one per request)" % (fn, name, t.shape[0], n))
-    return t
+    return x, t
 
 
 def _where(idx, cond, value):
@@ -239,14 +272,15 @@ def fused_sigmoid_gating_delta_rule_update(
     if cu_seqlens is not None:
         if B != 1:
             _bad("%s: with cu_seqlens, q must be [1, T, H, K] (got batch %d)" % (fn, B))
-        N = _i32(fn, "cu_seqlens", cu_seqlens).shape[0] - 1
+        cu_seqlens, tcu = _index(fn, "cu_seqlens", cu_seqlens)
+        N = tcu.shape[0] - 1
         if N < 1:
             _bad("%s: cu_seqlens needs at least 2 entries" % fn)
     else:
         cu_seqlens = _arange_seqlens(q, B, T)
         if max_seqlen is None:
             max_seqlen = T
-    tidx = _i32(fn, "initial_state_indices", initial_state_indices, N)
+    initial_state_indices, _ = _index(fn, "initial_state_indices", initial_state_indices, N)
     rows = B * T
     # SGLang walks the token axis of a and b by stride()[-2]; they are the rows of [B*T, ...].
     gate_w = HV * K if kda else HV
@@ -350,16 +384,16 @@ def _commit(fn, kda, layered, checkpoint_state, rawv_cache, rawk_cache, g_cache,
     _pool(fn, "checkpoint_state", ts, lead - 1)
     for n, t in zip(names, tr):
         _one_slot_pitch(fn, n, t, lead - 1)
-    tidx = _i32(fn, "ssm_state_indices", ssm_state_indices)
+    ssm_state_indices, tidx = _index(fn, "ssm_state_indices", ssm_state_indices)
     B = tidx.shape[0]
-    _i32(fn, "accept_lens", accept_lens, B)
+    accept_lens, _ = _index(fn, "accept_lens", accept_lens, B)
     if (mamba_track_indices is None) != (mamba_steps_to_track is None):
         _bad("%s: mamba_track_indices and mamba_steps_to_track go together (SGLang ignores one alone)" % fn)
     slots = _null_slots(ssm_state_indices, nb)
     track = {}
     if mamba_track_indices is not None:
-        _i32(fn, "mamba_track_indices", mamba_track_indices, B)
-        _i32(fn, "mamba_steps_to_track", mamba_steps_to_track, B)
+        mamba_track_indices, _ = _index(fn, "mamba_track_indices", mamba_track_indices, B)
+        mamba_steps_to_track, _ = _index(fn, "mamba_steps_to_track", mamba_steps_to_track, B)
         # SGLang snapshots only when the step is >= 0 and the slot past the null block: a track
         # step of -1 means "no snapshot" there, where replayssm would flag a set track slot.
         # A row on a null slot is not a request: SGLang returns before its track as well.
@@ -449,10 +483,10 @@ def fused_recurrent_linear_replayssm_decode(mixed_qkv, a, b, A_log, dt_bias, sca
         _one_slot_pitch(fn, n, t, 0)
     to = _info(fn, "out", out, (4,), (tm.dtype,))
     _shape(fn, "out", to, (B, 1, HV, V))
-    _i32(fn, "ssm_state_indices", ssm_state_indices, B)
-    _i32(fn, "write_pos", write_pos, B)
+    ssm_state_indices, _ = _index(fn, "ssm_state_indices", ssm_state_indices, B)
+    write_pos, _ = _index(fn, "write_pos", write_pos, B)
     if force_flush is not None:
-        _i32(fn, "force_flush", force_flush, B)
+        force_flush, _ = _index(fn, "force_flush", force_flush, B)
     if scale is None:
         _bad("%s: scale is required (SGLang's signature has no default)" % fn)
     _info(fn, "a", a, (3 if kda else 2,), (tm.dtype,))

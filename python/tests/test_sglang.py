@@ -447,7 +447,7 @@ BAD_VERIFY = [
     ("softplus_beta", lambda s: dict(softplus_beta=True)),
     ("A_log", lambda s: dict(A_log=s.A_log.astype(np.float64))),
     ("dt_bias", lambda s: dict(dt_bias=s.dt_bias[:-1])),
-    ("cu_seqlens", lambda s: dict(cu_seqlens=s.cu.astype(np.int64))),
+    ("cu_seqlens", lambda s: dict(cu_seqlens=s.cu.astype(np.int16))),
     ("initial_state_indices", lambda s: dict(initial_state_indices=s.slots[:2])),
     ("initial_state_source", lambda s: dict(initial_state_source=s.state[0][:, :, :, :16])),
     # A broadcast (expanded) pool: its stride 0 would reach the library as "packed".
@@ -478,7 +478,7 @@ BAD_FOLD = [
     ("g_cache", lambda s: dict(g_cache=np.zeros((s.NL, s.NS, s.HV, s.W, s.K), np.float32)), rs.InvalidArgument),
     ("beta_cache", lambda s: dict(beta_cache=s.ring[3].astype(np.float16)), rs.InvalidArgument),
     ("accept_lens", lambda s: dict(accept_lens=s.accept[:2]), rs.InvalidArgument),
-    ("ssm_state_indices", lambda s: dict(ssm_state_indices=s.slots.astype(np.int64)), rs.InvalidArgument),
+    ("ssm_state_indices", lambda s: dict(ssm_state_indices=s.slots.astype(np.float32)), rs.InvalidArgument),
     ("mamba_track_indices", lambda s: dict(mamba_track_indices=np.full(3, -1, np.int32)), rs.InvalidArgument),
     ("null_block_id", lambda s: dict(null_block_id=-2), rs.InvalidArgument),
     ("checkpoint_state", lambda s: dict(checkpoint_state=s.state.astype(np.float16)), NotImplementedError),
@@ -530,6 +530,61 @@ def test_a_garbage_slot_is_refused_not_skipped(rng):
     with pytest.raises(rs.InvalidArgument, match=r"slots\[1\] = -7"):
         fn(**args)
     assert untouched(s, before)
+
+
+def test_int64_indices_as_sglang_passes_them_give_the_int32_bits(rng):
+    """SGLang's own tests pass slots, track indices and steps as int64: the adapter narrows them
+    (the caller's arrays untouched) and commits the same bits as with int32."""
+    i64 = lambda x: np.asarray(x, np.int64)  # noqa: E731
+    results = []
+    for wide in (False, True):
+        s = Spec(np.random.default_rng(7))
+        cast = i64 if wide else (lambda x: np.asarray(x, np.int32))  # noqa: E731
+        outs = [sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(
+            layer, initial_state_indices=cast(s.slots), cu_seqlens=cast(s.cu))) for layer in range(s.NL)]
+        tracks, steps = cast([4, -1, 2]), cast([1, -1, -1])
+        slots, accept = cast(s.slots), cast(s.accept)
+        fn, args = s.fold_args(ssm_state_indices=slots, accept_lens=accept, mamba_track_indices=tracks,
+                               mamba_steps_to_track=steps)
+        fn(**args)
+        assert slots.dtype == (np.int64 if wide else np.int32) and list(tracks) == [4, -1, 2]
+        results.append((outs, s.state.copy()))
+    (o32, st32), (o64, st64) = results
+    assert all(np.array_equal(a, b) for a, b in zip(o32, o64))
+    assert np.array_equal(st32, st64)
+    # The buffered decode's slots, positions and flush flags.
+    H, HV, K, V, L, NS, B = 2, 4, 32, 32, 4, 3, 2
+    mixed = rng.standard_normal((B, 2 * H * K + HV * V)).astype(np.float32)
+    ab = [rng.standard_normal((B, HV)).astype(np.float32) for _ in range(2)]
+    A_log, dt_bias = rng.uniform(0, 2, HV).astype(np.float32), (rng.standard_normal(HV) * 0.1).astype(np.float32)
+    state0 = (rng.standard_normal((NS, HV, V, K)) * 0.1).astype(np.float32)
+    got = []
+    for dt in (np.int32, np.int64):
+        state, out = state0.copy(), np.full((B, 1, HV, V), np.nan, np.float32)
+        rings = (np.zeros((NS, HV, L, V), np.float32), np.zeros((NS, H, L, K), np.float32),
+                 np.zeros((NS, HV, L), np.float32))
+        sg.fused_recurrent_linear_replayssm_decode(mixed, *ab, A_log, dt_bias, K ** -0.5, state, *rings, out,
+                                                   np.array([2, 0], dt), np.array([0, 0], dt),
+                                                   force_flush=np.array([1, 0], dt))
+        got.append((out, state))
+    assert np.array_equal(got[0][0], got[1][0]) and np.array_equal(got[0][1], got[1][1])
+    assert (got[1][1][2] != state0[2]).any(), "the forced flush did not write slot 2"
+
+
+@pytest.mark.parametrize("value", [2 ** 31, -(2 ** 31) - 1, 2 ** 32 + 3])
+def test_an_int64_index_outside_int32_is_refused_by_name_not_wrapped(rng, value):
+    # 2**32 + 3 would wrap to slot 3, a live request's.
+    s = Spec(rng)
+    for layer in range(s.NL):
+        sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(layer))
+    fn, args = s.fold_args(ssm_state_indices=np.array([3, value, 1], np.int64))
+    before = snapshot(s)
+    with pytest.raises(rs.InvalidArgument, match=r"ssm_state_indices\[1\] = %d does not fit the library's int32"
+                       % value):
+        fn(**args)
+    assert untouched(s, before)
+    with pytest.raises(rs.InvalidArgument, match=r"ssm_state_indices has dtype"):
+        fn(**s.fold_args(ssm_state_indices=np.array([3, 0, 1], np.int16))[1])
 
 
 def test_the_adapter_imports_without_torch_and_names_sglangs_version():

@@ -15,7 +15,7 @@ pub const BATCHES: [usize; 3] = [1, 64, 128];
 pub const WINDOWS: [usize; 2] = [4, 8];
 
 /// The implementation every call takes today without a tuning table.
-pub const SHIPPED: &str = "default";
+pub const DEFAULT_IMPL: &str = "default";
 
 fn shape(name: &str) -> Option<ModelShape> {
     MODEL_SHAPES.iter().copied().find(|s| s.name == name)
@@ -111,16 +111,16 @@ pub fn render(m: &Machine, grid: &[(Point, Vec<Prediction>)]) -> String {
     let _ = writeln!(s, "\nstep over all layers against the recurrent baseline (layers x R-window + the snapshot copy at {:.0} % of its floor):", 100.0 * m.copy_fraction);
     let _ = writeln!(
         s,
-        "{:<13} {:>3} {:>2} {:>12} {:>14} {:>9} {:>14} {:>9}",
-        "shape", "B", "T", "baseline_us", "V+F shipped", "VF", "V+F model", "VF model"
+        "{:<13} {:>3} {:>2} {:>12} {:>14} {:>11} {:>14} {:>9}",
+        "shape", "B", "T", "baseline_us", "V+F default", "VF default", "V+F model", "VF model"
     );
     for (p, ps) in grid {
-        let shipped = step_with(m, p, ps, &|c| Some(if c == "R-window" { "-" } else { SHIPPED }));
+        let on_default = step_with(m, p, ps, &|c| Some(if c == "R-window" { "-" } else { DEFAULT_IMPL }));
         let chosen = step_with(m, p, ps, &|_| None);
-        if let (Some(a), Some(b)) = (shipped, chosen) {
+        if let (Some(a), Some(b)) = (on_default, chosen) {
             let _ = writeln!(
                 s,
-                "{:<13} {:>3} {:>2} {:>12.1} {:>13.2}x {:>8.2}x {:>13.2}x {:>8.2}x",
+                "{:<13} {:>3} {:>2} {:>12.1} {:>13.2}x {:>10.2}x {:>13.2}x {:>8.2}x",
                 p.shape.name,
                 p.batch,
                 p.t,
