@@ -16,6 +16,8 @@ Then, for the buffered decode, S steps of SGLang's `fused_recurrent_linear_repla
 replayssm.sglang's on an f32 state and f32 rings (`<decode scenario>.decode.safetensors`).
 The golden holds the inputs in SGLang's shapes and all of these results; `<scenario>.fold` is a
 `replayssm check` case (op fold, layer 0, live requests only) whose expectations are SGLang's.
+The interpreter's f32 -> bf16 conversion is patched to round to nearest even, as the GPU does
+(`--truncating-bf16` leaves the interpreter's truncation, to measure what it did).
 """
 
 import argparse
@@ -87,6 +89,42 @@ def _load_kernel(site, name, tmp):
     return mod, n
 
 
+def _interpreter_bf16_rounds_to_nearest_even():
+    """Triton 3.8.0's interpreter narrows f32 to bf16 by truncation: `_convert_float` keeps the
+    top 16 bits (its RTNE branch rounds half up, without ties to even, and is not taken by a plain
+    cast or store anyway), where the GPU's cvt.rn.bf16.f32 rounds to nearest, ties to even.
+    Unpatched, about half of SGLang's bf16 outputs come out one ulp low. Every cast and store of
+    a kernel reaches the module global `triton.runtime.interpreter._convert_float`, looked up per
+    call, so replacing it for f32 -> bf16 gives the GPU's bits (RTZ casts still truncate, NaN
+    stays NaN). Checked here on values whose rounding differs."""
+    import numpy as np
+    import triton.language as tl
+    import triton.runtime.interpreter as interp
+    from triton._C.libtriton import ir
+
+    truncating = interp._convert_float
+
+    def rne(x):
+        bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+        odd = (bits >> np.uint32(16)) & np.uint32(1)
+        rounded = ((bits + np.uint32(0x7FFF) + odd) >> np.uint32(16)).astype(np.uint16)
+        nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+        quiet = ((bits >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
+        return np.where(nan, quiet, rounded)
+
+    def convert(values, src, dst, rounding_mode):
+        if src == tl.float32 and dst == tl.bfloat16 and rounding_mode != ir.ROUNDING_MODE.RTZ:
+            return rne(values).reshape(np.shape(values))
+        return truncating(values, src, dst, rounding_mode)
+
+    interp._convert_float = convert
+    probe = np.array([0x3F818000, 0x3F80FFF8, 0x3FFFFFFF, 0x3F808000, 0x7FC00001], np.uint32).view(np.float32)
+    got = np.asarray(interp._convert_float(probe, tl.float32, tl.bfloat16, None)).view(np.uint16).tolist()
+    want = [0x3F82, 0x3F81, 0x4000, 0x3F80]
+    if got[:4] != want or (got[4] & 0x7F80) != 0x7F80 or (got[4] & 0x7F) == 0:
+        raise SystemExit("the bf16 rounding patch did not take: %s" % [hex(v) for v in got])
+
+
 # --- scenarios ----------------------------------------------------------------------------------
 
 SCENARIOS = {
@@ -119,9 +157,19 @@ SCENARIOS = {
         seqlens=[3, 2, 4, 1], slots=[0, 3, -1, 2], accept=[2, 2, 3, 1],
         track_slots=[4, 1, -1, 0], track_steps=[0, 1, 0, 0],
     ),
+    # GDN, f32, GQA, every index tensor int64 (cu_seqlens, slots, accept lengths, track slots and
+    # steps), as SGLang's own tests pass them: SGLang's kernels take them as they are, the files
+    # store them as I64 and the adapter narrows them. A null row; a track with step -1.
+    "gdn_f32_i64": dict(
+        kda=False, act="f32", H=2, HV=4, K=32, V=32, NL=2, NS=6, W=8, null=-1, seed=5, index="int64",
+        seqlens=[4, 2, 3, 1], slots=[5, 2, -1, 0], accept=[3, 2, 1, 1],
+        track_slots=[1, 3, -1, 4], track_steps=[2, -1, 0, 0],
+    ),
 }
 
 ACT = {"bf16": torch.bfloat16, "f32": torch.float32}
+# How SGLang's kernels rounded f32 -> bf16 under the interpreter (recorded in each golden).
+BF16_ROUNDING = "nearest even (the interpreter patched to the GPU's rounding)"
 # The shipped case files' tolerances for the act dtype (tools/tests/cases).
 TOL = {"bf16": (1e-4, 8e-3), "f32": (1e-6, 1e-5)}
 
@@ -148,7 +196,8 @@ def make_inputs(sc):
     cu = [0]
     for n in sc["seqlens"]:
         cu.append(cu[-1] + n)
-    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    index = torch.int64 if sc.get("index") == "int64" else torch.int32
+    i32 = lambda v: torch.tensor(v, dtype=index)  # noqa: E731
     x.update(cu_seqlens=i32(cu), state_indices=i32(sc["slots"]), accept_lens=i32(sc["accept"]),
              track_slots=i32(sc["track_slots"]), track_steps=i32(sc["track_steps"]))
     return x
@@ -209,7 +258,8 @@ def sglang_fold(mods, sc, x, ring, state):
 
 def our_verify(sc, x, ring):
     # The verify has no null block (SGLang's neither): its slots are SGLang's, -1 a null row.
-    slots = x["state_indices"]
+    # The binding's entries take int32 (the adapter, replayssm.sglang, narrows int64).
+    slots = x["state_indices"].int()
     state = x["state_in"].clone()
     outs = []
     for layer in range(sc["NL"]):
@@ -219,7 +269,7 @@ def our_verify(sc, x, ring):
             gate["a"] = gate["a"].reshape(-1, sc["HV"], sc["K"])
             gate["dt_bias"] = gate["dt_bias"].reshape(sc["HV"], sc["K"])
         o = replayssm.verify(x["q"][layer][0], x["k"][layer][0], x["v"][layer][0], state=state, slots=slots,
-                             cu_seqlens=x["cu_seqlens"], layer=layer, ring=tuple(ring), scale=sc["K"] ** -0.5,
+                             cu_seqlens=x["cu_seqlens"].int(), layer=layer, ring=tuple(ring), scale=sc["K"] ** -0.5,
                              qk_l2norm=True, **gate)
         outs.append(o)
     if not torch.equal(state, x["state_in"]):
@@ -319,7 +369,7 @@ def summary(name, sc, x, o_sg, ring_sg, o_ours, ring_ours, st_sg, st_of_ours):
 
 # --- files ----------------------------------------------------------------------------------------
 
-ST_DTYPE = {torch.bfloat16: "BF16", torch.float32: "F32", torch.int32: "I32"}
+ST_DTYPE = {torch.bfloat16: "BF16", torch.float32: "F32", torch.int32: "I32", torch.int64: "I64"}
 
 
 def save(path, tensors, metadata):
@@ -357,7 +407,7 @@ def write_golden(path, name, sc, x, o_sg, ring_sg, ring_ours, st_sg, st_of_ours,
         variant="kda" if sc["kda"] else "gdn", act_dtype=sc["act"], H=sc["H"], HV=sc["HV"], K=sc["K"],
         V=sc["V"], num_layers=sc["NL"], num_slots=sc["NS"], window=sc["W"], scale=repr(sc["K"] ** -0.5),
         null_block_id=sc["null"], softplus_beta="1.0", softplus_threshold="20.0", use_qk_l2norm="true",
-        command=command,
+        index_dtype=sc.get("index", "int32"), bf16_rounding=BF16_ROUNDING, command=command,
     )
     save(path, t, {k: str(v) for k, v in meta.items()})
 
@@ -380,7 +430,7 @@ def write_fold_case(path, sc, x, o_sg, st_sg):
         A_log=x["A_log"][0], dt_bias=x["dt_bias"][0].reshape(HV, K) if sc["kda"] else x["dt_bias"][0],
         cu_seqlens=torch.tensor(lcu, dtype=torch.int32),
         state_in=x["state_in"][0][slots], o=o_sg[0, 0][idx].float(),
-        state_out=st_sg[0][slots], accept=x["accept_lens"][torch.tensor(live)],
+        state_out=st_sg[0][slots], accept=x["accept_lens"][torch.tensor(live)].int(),
     )
     t = {k: v.contiguous() for k, v in t.items()}
     atol, rtol = TOL[sc["act"]]
@@ -462,7 +512,7 @@ def decode_golden(mods, name, sc, out_dir, command):
                 torch_version=torch.__version__, triton_version=triton.__version__,
                 variant="kda" if sc["kda"] else "gdn", H=sc["H"], HV=sc["HV"], K=sc["K"], V=sc["V"],
                 num_slots=sc["NS"], cache_len=sc["L"], steps=sc["S"], scale=repr(sc["K"] ** -0.5),
-                use_qk_l2norm="true", command=command)
+                use_qk_l2norm="true", bf16_rounding=BF16_ROUNDING, command=command)
     save(out_dir / (name + ".decode.safetensors"), {k: v.contiguous() for k, v in t.items()},
          {k: str(v) for k, v in meta.items()})
     print("  wrote %s.decode.safetensors" % name)
@@ -474,9 +524,16 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "tests/cases/sglang"))
     ap.add_argument("--only", nargs="*", help="scenario names (default: all)")
     ap.add_argument("--command", default="scripts/sglang-peer")
+    ap.add_argument("--truncating-bf16", action="store_true",
+                    help="leave the interpreter's truncating f32 -> bf16 casts (to measure what they did)")
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("run with TRITON_INTERPRET=1 (scripts/sglang-peer sets it)")
+    global BF16_ROUNDING
+    if args.truncating_bf16:
+        BF16_ROUNDING = "truncated (the interpreter's own casts)"
+    else:
+        _interpreter_bf16_rounds_to_nearest_even()
     torch.use_deterministic_algorithms(True)
     _stub_gpu_probes()
     out = Path(args.out)

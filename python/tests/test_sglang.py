@@ -34,7 +34,7 @@ def read_safetensors(path):
     header = json.loads(raw[8:8 + n])
     meta = header.pop("__metadata__", {})
     body = raw[8 + n:]
-    kinds = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "BF16": np.uint16}
+    kinds = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "I64": np.int64, "BF16": np.uint16}
     out = {}
     for name, h in header.items():
         lo, hi = h["data_offsets"]
@@ -55,6 +55,12 @@ def test_the_goldens_are_there():
     assert len(GOLDENS) >= 4, GOLDENS
     assert len(sorted((ROOT / "tests" / "cases" / "sglang").glob("*.decode.safetensors"))) >= 2
     assert f32_goldens(), "no f32 golden to run the NumPy adapter on"
+    # SGLang's own tests pass int64 indices: one golden ran SGLang's kernels on them, and the
+    # adapter gets them as int64 below.
+    wide = [t for t, m in (read_safetensors(p) for p in GOLDENS) if m.get("index_dtype") == "int64"]
+    assert wide and all(t[n].dtype == np.int64 for t in wide for n in ("cu_seqlens", "state_indices", "accept_lens",
+                                                                       "track_slots", "track_steps"))
+    assert all(m.get("bf16_rounding", "").startswith("nearest even") for _, m in map(read_safetensors, GOLDENS))
 
 
 def ulps(a, b):
