@@ -186,39 +186,7 @@ mod shared_table {
     const WINDOW: usize = 4;
     const CACHE_LEN: i64 = 4;
 
-    pub struct Row {
-        pub entry: String,
-        pub name: String,
-        pub index: Option<usize>,
-        pub value: String,
-        pub says: String,
-    }
-
-    pub fn rows() -> Vec<Row> {
-        let rows: Vec<Row> = include_str!("callers/refusals.txt")
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .map(|l| {
-                let f: Vec<&str> = l.split('|').map(str::trim).collect();
-                assert_eq!(f.len(), 3, "bad table line: {l}");
-                let (lhs, value) = f[1].split_once('=').expect("an edit is name = value");
-                let lhs = lhs.trim();
-                let (name, index) = match lhs.split_once('[') {
-                    Some((n, i)) => (n, Some(i.trim_end_matches(']').parse().expect("an index"))),
-                    None => (lhs, None),
-                };
-                Row {
-                    entry: f[0].into(),
-                    name: name.into(),
-                    index,
-                    value: value.trim().into(),
-                    says: f[2].into(),
-                }
-            })
-            .collect();
-        assert!(rows.len() >= 20, "the table lost rows");
-        rows
-    }
+    pub use crate::common::refusals::{table, Refusal};
 
     /// What the Rust API did with a row.
     pub enum Outcome {
@@ -228,7 +196,7 @@ mod shared_table {
         Unrepresentable(&'static str),
     }
 
-    impl Row {
+    impl Refusal {
         fn int(&self) -> i32 {
             self.value.parse().expect("an integer value")
         }
@@ -276,12 +244,25 @@ mod shared_table {
 
     /// The call's tokens: 2 requests of 4, or a 17-token request where the row asks for
     /// `max_seqlen = 17` (the typed API derives max_seqlen from cu_seqlens).
-    fn tokens(row: &Row) -> Result<RecurrentData, &'static str> {
+    fn tokens(row: &Refusal) -> Result<RecurrentData, &'static str> {
         match (row.name.as_str(), row.value.as_str()) {
             ("max_seqlen", "17") => Ok(data(&[17, 4])),
             ("max_seqlen", _) => Err("max_seqlen is derived from cu_seqlens, never below 1"),
             _ => Ok(data(&[4, 4])),
         }
+    }
+
+    /// A deferred-fold pool holding `start` and its two-window ring.
+    fn deferred(slots: usize, start: &[f32]) -> (CheckpointPool, DeferredRing) {
+        let cfg = resolve(&EngineFlags {
+            linear_replayssm_spec_deferred_fold: true,
+            ..EngineFlags::spec_ring(Variant::Gdn)
+        })
+        .unwrap();
+        let mut pool = CheckpointPool::new(&cfg, DIMS, LAYERS, slots).unwrap();
+        pool.state_mut().copy_from_slice(start);
+        let dring = DeferredRing::for_pool(&pool, WINDOW, DType::F32, true).unwrap();
+        (pool, dring)
     }
 
     fn outcome(r: replayssm::Result<impl Sized>) -> Outcome {
@@ -293,7 +274,7 @@ mod shared_table {
 
     /// Runs the row's entry through the Rust API (host memory, the emulator). Returns the outcome
     /// and whether the state the call was given came back unchanged.
-    pub fn call(row: &Row) -> (Outcome, bool) {
+    pub fn call(row: &Refusal) -> (Outcome, bool) {
         let b = Backend::Emulated;
         let mut d = match tokens(row) {
             Ok(d) => d,
@@ -426,14 +407,7 @@ mod shared_table {
             }
             "verify_fold" => {
                 d.slots = slots;
-                let cfg = resolve(&EngineFlags {
-                    linear_replayssm_spec_deferred_fold: true,
-                    ..EngineFlags::spec_ring(Variant::Gdn)
-                })
-                .unwrap();
-                let mut pool = CheckpointPool::new(&cfg, DIMS, LAYERS, s.slots).unwrap();
-                pool.state_mut().copy_from_slice(&start);
-                let mut dring = DeferredRing::for_pool(&pool, WINDOW, DType::F32, true).unwrap();
+                let (mut pool, mut dring) = deferred(s.slots, &start);
                 let out = outcome(verify_fold(
                     b,
                     &d.inputs(),
@@ -447,14 +421,7 @@ mod shared_table {
                 (out, pool.state() == &start[..])
             }
             "defer" => {
-                let cfg = resolve(&EngineFlags {
-                    linear_replayssm_spec_deferred_fold: true,
-                    ..EngineFlags::spec_ring(Variant::Gdn)
-                })
-                .unwrap();
-                let mut pool = CheckpointPool::new(&cfg, DIMS, LAYERS, s.slots).unwrap();
-                pool.state_mut().copy_from_slice(&start);
-                let mut dring = DeferredRing::for_pool(&pool, WINDOW, DType::F32, true).unwrap();
+                let (pool, mut dring) = deferred(s.slots, &start);
                 (outcome(dring.commit(&slots, &lens)), pool.state() == &start[..])
             }
             e => panic!("unknown entry {e}"),
@@ -468,10 +435,10 @@ mod shared_table {
 /// types cannot express, which are listed here with the type that rules them out.
 #[test]
 fn the_rust_api_refuses_every_row_of_the_shared_table_with_its_words() {
-    use shared_table::{call, rows, Outcome};
+    use shared_table::{call, table, Outcome};
     let mut unrepresentable = Vec::new();
     let mut wrong = Vec::new();
-    let rows = rows();
+    let rows = table();
     for row in &rows {
         let what = format!(
             "{} | {}{} = {}",

@@ -11,6 +11,7 @@ mod common;
 
 use std::ptr;
 
+use common::refusals::Refusal;
 use common::say;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -2569,42 +2570,6 @@ fn gpu_device_cases() {
     }
 }
 
-/// One row of `tests/callers/refusals.txt`: the entry (by its Python name), the edit (`name = value`
-/// or `name[i] = value`) and the words the message must contain.
-struct Refusal {
-    entry: String,
-    name: String,
-    index: Option<usize>,
-    value: String,
-    says: String,
-}
-
-fn refusal_table() -> Vec<Refusal> {
-    let rows: Vec<Refusal> = include_str!("callers/refusals.txt")
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let f: Vec<&str> = l.split('|').map(str::trim).collect();
-            assert_eq!(f.len(), 3, "bad table line: {l}");
-            let (lhs, value) = f[1].split_once('=').expect("an edit is name = value");
-            let lhs = lhs.trim();
-            let (name, index) = match lhs.split_once('[') {
-                Some((n, i)) => (n, Some(i.trim_end_matches(']').parse().expect("an index"))),
-                None => (lhs, None),
-            };
-            Refusal {
-                entry: f[0].into(),
-                name: name.into(),
-                index,
-                value: value.trim().into(),
-                says: f[2].into(),
-            }
-        })
-        .collect();
-    assert!(rows.len() >= 20, "the table lost rows");
-    rows
-}
-
 impl Refusal {
     fn entry(&self) -> Entry {
         match self.entry.as_str() {
@@ -2674,7 +2639,7 @@ impl Refusal {
 #[test]
 fn every_row_of_the_shared_refusal_table_is_refused_with_its_words_by_the_c_abi_and_the_kernel_layer() {
     let world = World::new(11);
-    let rows = refusal_table();
+    let rows = common::refusals::table();
     let mut entries = std::collections::BTreeSet::new();
     for row in &rows {
         let entry = row.entry();
