@@ -110,8 +110,8 @@ def problem(seed, sstd, alog=(0.0, np.log(16))):
 RS = dict(norm="rs", exp="rs", dot="rs", upd="rs"); SG = dict(norm="np", exp="np", dot="np", upd="np")
 
 # ---- validation against the real kernels (bitwise) -----------------------------------------
-def validate(seed=1, sstd=1.0):
-    S0, rk, rv, g, beta = problem(seed, sstd)
+def validate(seed, sstd, alog):
+    S0, rk, rv, g, beta = problem(seed, sstd, alog)
     site = sysconfig.get_paths()["purelib"]
     path = glob.glob(site + "/sglang/kernels/ops/attention/linear/gdn_replayssm_spec_fold.py")[0]
     # As scripts/sglang-peer does: the interpreter's loop index is a plain int, with no .to().
@@ -186,7 +186,7 @@ if __name__ == "__main__":
     for (k_, v_, sstd, alog, label) in cases:
         globals().update(K=k_, V=v_, EPL=k_ // 32)
 
-        validate(1, sstd)
+        validate(1, sstd, alog)
         out, ref = measure(range(10, 10 + int(os.environ.get("NSEEDS", 16))), sstd, cfgs, alog)
         print("== K=V=%d S0 std %.1f %s: %d heads x %d tokens; max|ref| %.2f ==" % (K, sstd, label, ref.shape[0], T, np.abs(ref).max()))
         print("%-14s %9s %9s %9s %6s %9s %10s" % ("config", "max|-RS|", "max|-SG|", "rms|-SG|", "%!=SG", "maxerr64", "meanerr64"))

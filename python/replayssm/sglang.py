@@ -158,20 +158,22 @@ def _is_int64(x):
     return str(getattr(x, "dtype", "")) in ("int64", "torch.int64")
 
 
-def _index(fn, name, x, n=None):
+def _index(fn, name, x, n=None, flag=False):
     """An index tensor as SGLang passes it, int32 or int64, as the library's int32: `(x32, t)`.
     An int64 one is narrowed into a new tensor (the caller's is never written). On the host every
-    value is checked first (one outside int32 is refused by name); on CUDA a check would be a
-    device sync, so a value outside int32 becomes INT32_MAX, which every index rule of the kernels
-    flags (slot, length, position, track step and seqlens alike) instead of wrapping into range."""
+    value is checked first (one outside int32 is refused by name). On CUDA a check would be a
+    device sync, so the values are clamped to int32's range instead of wrapping into it: a clamped
+    value is past every bound the kernels check (a slot, length, position or seqlen is flagged; a
+    track step below int32 is negative, "no snapshot", as SGLang reads any negative step). A flag
+    (`flag=True`: force_flush) is read as nonzero on both paths."""
     dtype = str(getattr(x, "dtype", ""))
     if x is not None and dtype not in ("int32", "torch.int32", "int64", "torch.int64"):
         _bad("%s: %s has dtype %s, expected int32 or int64 (an index tensor)" % (fn, name, dtype or type(x).__name__))
     if x is not None and _is_int64(x):
-        if _is_torch(x) and x.device.type != "cpu":
-            import torch
-            out = (x < _I32_MIN) | (x > _I32_MAX)
-            x = torch.where(out, torch.full_like(x, _I32_MAX), x).to(torch.int32)
+        if flag:
+            x = (x != 0).int() if _is_torch(x) else (x != 0).astype("int32")
+        elif _is_torch(x) and x.device.type != "cpu":
+            x = x.clamp(_I32_MIN, _I32_MAX).int()
         else:
             host = x.numpy() if _is_torch(x) else x
             bad = [i for i, v in enumerate(host.reshape(-1).tolist()) if not _I32_MIN <= v <= _I32_MAX]
@@ -179,11 +181,7 @@ def _index(fn, name, x, n=None):
                 i = bad[0]
                 _bad("%s: %s[%d] = %d does not fit the library's int32 indices (must be in %d..=%d)"
                      % (fn, name, i, host.reshape(-1)[i], _I32_MIN, _I32_MAX))
-            if _is_torch(x):
-                import torch
-                x = x.to(torch.int32)
-            else:
-                x = x.astype("int32")
+            x = x.int() if _is_torch(x) else x.astype("int32")
     t = _info(fn, name, x, (1,), ("i32",))
     if n is not None and t.shape[0] != n:
         _bad("%s: %s has %d entries, expected %d (one per request)" % (fn, name, t.shape[0], n))
@@ -486,7 +484,7 @@ def fused_recurrent_linear_replayssm_decode(mixed_qkv, a, b, A_log, dt_bias, sca
     ssm_state_indices, _ = _index(fn, "ssm_state_indices", ssm_state_indices, B)
     write_pos, _ = _index(fn, "write_pos", write_pos, B)
     if force_flush is not None:
-        force_flush, _ = _index(fn, "force_flush", force_flush, B)
+        force_flush, _ = _index(fn, "force_flush", force_flush, B, flag=True)
     if scale is None:
         _bad("%s: scale is required (SGLang's signature has no default)" % fn)
     _info(fn, "a", a, (3 if kda else 2,), (tm.dtype,))

@@ -55,7 +55,7 @@ def test_the_goldens_are_there():
     assert len(GOLDENS) >= 4, GOLDENS
     assert len(sorted((ROOT / "tests" / "cases" / "sglang").glob("*.decode.safetensors"))) >= 2
     assert f32_goldens(), "no f32 golden to run the NumPy adapter on"
-    # SGLang's own tests pass int64 indices: one golden ran SGLang's kernels on them, and the
+    # SGLang's unit tests are reported to pass int64 indices: one golden ran SGLang's kernels on them, and the
     # adapter gets them as int64 below.
     wide = [t for t, m in (read_safetensors(p) for p in GOLDENS) if m.get("index_dtype") == "int64"]
     assert wide and all(t[n].dtype == np.int64 for t in wide for n in ("cu_seqlens", "state_indices", "accept_lens",
@@ -539,7 +539,7 @@ def test_a_garbage_slot_is_refused_not_skipped(rng):
 
 
 def test_int64_indices_as_sglang_passes_them_give_the_int32_bits(rng):
-    """SGLang's own tests pass slots, track indices and steps as int64: the adapter narrows them
+    """SGLang's unit tests are reported to pass slots, track indices and steps as int64: the adapter narrows them
     (the caller's arrays untouched) and commits the same bits as with int32."""
     i64 = lambda x: np.asarray(x, np.int64)  # noqa: E731
     results = []
@@ -548,12 +548,12 @@ def test_int64_indices_as_sglang_passes_them_give_the_int32_bits(rng):
         cast = i64 if wide else (lambda x: np.asarray(x, np.int32))  # noqa: E731
         outs = [sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(
             layer, initial_state_indices=cast(s.slots), cu_seqlens=cast(s.cu))) for layer in range(s.NL)]
-        tracks, steps = cast([4, -1, 2]), cast([1, -1, -1])
-        slots, accept = cast(s.slots), cast(s.accept)
-        fn, args = s.fold_args(ssm_state_indices=slots, accept_lens=accept, mamba_track_indices=tracks,
-                               mamba_steps_to_track=steps)
+        idx = dict(ssm_state_indices=cast(s.slots), accept_lens=cast(s.accept), mamba_track_indices=cast([4, -1, 2]),
+                   mamba_steps_to_track=cast([1, -1, -1]))
+        kept = {k: v.copy() for k, v in idx.items()}
+        fn, args = s.fold_args(**idx)
         fn(**args)
-        assert slots.dtype == (np.int64 if wide else np.int32) and list(tracks) == [4, -1, 2]
+        assert all(np.array_equal(idx[k], kept[k]) and idx[k].dtype == kept[k].dtype for k in idx), "an input moved"
         results.append((outs, s.state.copy()))
     (o32, st32), (o64, st64) = results
     assert all(np.array_equal(a, b) for a, b in zip(o32, o64))
@@ -565,16 +565,19 @@ def test_int64_indices_as_sglang_passes_them_give_the_int32_bits(rng):
     A_log, dt_bias = rng.uniform(0, 2, HV).astype(np.float32), (rng.standard_normal(HV) * 0.1).astype(np.float32)
     state0 = (rng.standard_normal((NS, HV, V, K)) * 0.1).astype(np.float32)
     got = []
-    for dt in (np.int32, np.int64):
+    # Slots [2, 1]: int64 bytes misread as int32 would give [2, 0]. A flag of 2**40 is nonzero
+    # (it would wrap to 0 as int32).
+    for dt, flags in ((np.int32, [1, 0]), (np.int64, [2 ** 40, 0])):
         state, out = state0.copy(), np.full((B, 1, HV, V), np.nan, np.float32)
         rings = (np.zeros((NS, HV, L, V), np.float32), np.zeros((NS, H, L, K), np.float32),
                  np.zeros((NS, HV, L), np.float32))
         sg.fused_recurrent_linear_replayssm_decode(mixed, *ab, A_log, dt_bias, K ** -0.5, state, *rings, out,
-                                                   np.array([2, 0], dt), np.array([0, 0], dt),
-                                                   force_flush=np.array([1, 0], dt))
+                                                   np.array([2, 1], dt), np.array([0, 0], dt),
+                                                   force_flush=np.array(flags, dt))
         got.append((out, state))
     assert np.array_equal(got[0][0], got[1][0]) and np.array_equal(got[0][1], got[1][1])
     assert (got[1][1][2] != state0[2]).any(), "the forced flush did not write slot 2"
+    assert (got[1][1][1] == state0[1]).all(), "slot 1 was not due a flush"
 
 
 @pytest.mark.parametrize("value", [2 ** 31, -(2 ** 31) - 1, 2 ** 32 + 3])

@@ -49,7 +49,7 @@ const STATE_TOL: Tolerance = Tolerance {
 
 /// bf16 outputs, ours vs SGLang's, in bf16 ulps: measured 0 (every live output equal) on goldens
 /// whose SGLang side rounded f32 -> bf16 to nearest even, as the GPU does. Under the Triton
-/// interpreter's own truncating casts half of them were one ulp low (`scripts/sglang-peer
+/// interpreter's own truncating casts half of them were one ulp toward zero (`scripts/sglang-peer
 /// --truncating-bf16`), which the case tolerance (atol 1e-4, rtol 8e-3) used to let through.
 const MAX_BF16_O_ULP: i64 = 0;
 /// How the goldens' SGLang side must have rounded f32 -> bf16 (`bf16_rounding` metadata).
@@ -165,7 +165,7 @@ impl Golden<'_> {
     }
 
     /// An index tensor as the golden's `index_dtype` says SGLang took it (int32, or int64 as
-    /// SGLang's own tests pass them), narrowed to the library's i32 with a range check.
+    /// SGLang's unit tests are reported to pass them), narrowed to the library's i32 with a range check.
     fn i32s(&self, name: &str, shape: &[usize]) -> Vec<i32> {
         let wide = self.meta.get("index_dtype").is_some_and(|d| d == "int64");
         if !wide {
