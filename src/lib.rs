@@ -16,7 +16,7 @@
 //! - [`checks`]: every host check, on host or device memory;
 //! - [`state`]: [`CheckpointPool`], [`SpecRing`], [`DecodeRing`], [`DeferredRing`]; [`tokens`]:
 //!   the token inputs R, V and D share;
-//! - [`reference`]: f32/f64 design §3 maths;
+//! - [`reference`](mod@reference): f32/f64 design §3 maths;
 //! - [`kernels`]: one module per kernel, named like its launcher `csrc/kernels/<name>.cu`:
 //!   [`kernels::recurrent`] (R), [`kernels::verify`] (V), [`kernels::fold`] (F),
 //!   [`kernels::replay`] (P), [`kernels::decode`] (D, materialise), [`kernels::tree`] (VT, FT),

@@ -1,4 +1,4 @@
-//! Where kernels execute: the launch plumbing every wrapper shares ([`launch`]), the CUDA runtime
+//! Where kernels execute: the launch plumbing every wrapper shares (`launch`), the CUDA runtime
 //! (device discovery, device buffers, [`cuda`]) and the SIMT emulator ([`emulator`]).
 
 pub mod cuda;

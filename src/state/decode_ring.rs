@@ -25,7 +25,7 @@ pub enum ForceFlush<'a> {
     },
 }
 
-/// The cursor snapshot of one forward: every layer's [`decode`] reads it.
+/// The cursor snapshot of one forward: every layer's [`decode`](crate::decode) reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DecodeStep {
     pub(crate) slots: Vec<i32>,
@@ -307,7 +307,7 @@ impl DecodeRing<Host> {
     }
 
     /// Copy-on-write of a cached prefix: copies `src`'s checkpoint (every layer) into `dst` and
-    /// resets `dst`'s cursor. `src` must be fully flushed ([`materialize`] it first).
+    /// resets `dst`'s cursor. `src` must be fully flushed ([`materialize`](crate::materialize) it first).
     pub fn copy_slot(&mut self, pool: &mut CheckpointPool, src: usize, dst: usize) -> Result<()> {
         self.check_pool(pool)?;
         self.check_slot(src)?;
