@@ -4,8 +4,9 @@
 //! [`Stream::verify`] with a tree): the strictly-lower window mask
 //! becomes the strict-ancestor mask and the decays sum along each node's root path, so every
 //! node's output is kernel R's output along its root path. Kernel **FT** is kernel F in path
-//! mode ([`crate::fold`] with [`AcceptedPaths`], [`Stream::fold`] with a paths array): it replays an accepted root-to-node path (window positions, in order) into the
-//! checkpoint, bit-identical to R along that path.
+//! mode ([`crate::fold`] with [`AcceptedPaths`], [`Stream::fold`] with a paths array): it
+//! replays an accepted root-to-node path (window positions, in order) into the checkpoint,
+//! bit-identical to R along that path.
 //!
 //! Device code: `csrc/include/replayssm/device/verify.cuh` (`build_tree`, the masks) and
 //! `replay.cuh` (`accepted_path_length`, `replay_slot` with a path); launchers `verify.cu`,
