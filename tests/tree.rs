@@ -76,7 +76,7 @@ fn dims_list() -> [HeadDims; 3] {
 
 #[test]
 fn tree_outputs_match_f64_along_every_root_path() {
-    let mut seed = 9100 + std::process::id() as u64;
+    let mut seed = 9100 + run_seed();
     let mut r = rng(seed);
     let mut cases = 0;
     for (si, &dims) in dims_list().iter().enumerate() {
@@ -115,8 +115,8 @@ fn tree_outputs_match_f64_along_every_root_path() {
                     println!("{what}: VT {c} | naive {:.2e}", naive_err.max_abs_err);
                     assert!(c.passed(), "{what}: {c}");
                     assert!(
-                        c.max_abs_err <= 2.0 * naive_err.max_abs_err.max(f64::MIN_POSITIVE),
-                        "{what}: {:.3e} > 2x naive {:.3e}",
+                        c.max_abs_err <= reordered_bound(naive_err.max_abs_err, &oracle),
+                        "{what}: {:.3e} > 2x naive {:.3e} + 4 ulp",
                         c.max_abs_err,
                         naive_err.max_abs_err
                     );

@@ -37,7 +37,7 @@ fn verify_matches_f64_reference_for_every_window_length() {
             v: 48,
         },
     ];
-    let mut seed = 3000 + std::process::id() as u64;
+    let mut seed = 3000 + run_seed();
     let mut differing = 0usize; // cases where a STAGED output's bits differ from DEFAULT's
     for (si, &dims) in shapes.iter().enumerate() {
         for t in [1usize, 2, 4, 6, 8, 16] {
@@ -83,8 +83,8 @@ fn verify_matches_f64_reference_for_every_window_length() {
                     println!("{what}: verify {c} | naive {:.2e}", naive_err.max_abs_err);
                     assert!(c.passed(), "{what}: {c}");
                     assert!(
-                        c.max_abs_err <= 2.0 * naive_err.max_abs_err.max(f64::MIN_POSITIVE),
-                        "{what}: {:.3e} > 2x naive {:.3e}",
+                        c.max_abs_err <= reordered_bound(naive_err.max_abs_err, &f64ref.o),
+                        "{what}: {:.3e} > 2x naive {:.3e} + 4 ulp",
                         c.max_abs_err,
                         naive_err.max_abs_err
                     );
