@@ -29,7 +29,10 @@ pub fn output_tolerance(dtype: DType) -> Tolerance {
 /// each run draws new inputs.
 pub fn run_seed() -> u64 {
     match std::env::var("REPLAYSSM_TEST_SEED") {
-        Ok(s) => s.trim().parse().unwrap_or_else(|_| panic!("REPLAYSSM_TEST_SEED = {s:?}, must be an integer in 0..=2^64-1")),
+        Ok(s) => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("REPLAYSSM_TEST_SEED = {s:?}, must be an integer in 0..=2^64-1")),
         Err(_) => std::process::id() as u64,
     }
 }
