@@ -286,7 +286,13 @@ typedef struct replayssm_token_params {
   int64_t b_stride;
   int64_t o_stride;
   float scale;
-  int32_t reserved;
+  /*
+   The raw gate's form: 0 = softplus (`g = -exp(A_log) softplus(a + dt_bias)`), finite and
+   negative = the safe gate (`g = lower_bound sigmoid(exp(A_log) (a + dt_bias))`, Kimi's KDA;
+   SGLang's and vLLM's `lower_bound`). 0 with a precomputed gate. (ABI 3 before this field
+   had it reserved, 0.)
+   */
+  float lower_bound;
 } replayssm_token_params;
 
 /*

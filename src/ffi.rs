@@ -18,7 +18,7 @@ assert_layout!(rssm_base_params, size = 96, {
 });
 
 assert_layout!(rssm_token_params, size = 136, {
-    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, o = 72, q_stride = 80, k_stride = 88, v_stride = 96, a_stride = 104, b_stride = 112, o_stride = 120, scale = 128, reserved = 132,
+    q = 0, k = 8, v = 16, a = 24, b = 32, A_log = 40, dt_bias = 48, g = 56, beta = 64, o = 72, q_stride = 80, k_stride = 88, v_stride = 96, a_stride = 104, b_stride = 112, o_stride = 120, scale = 128, lower_bound = 132,
 });
 
 assert_layout!(rssm_ring_params, size = 40, {

@@ -4,8 +4,8 @@
 //! exact order of §3.
 
 use crate::problem::{HeadDims, Variant};
-use crate::tokens::Gate;
 use crate::tokens::RecurrentInputs;
+use crate::tokens::{Gate, GateForm};
 
 /// The float type a reference runs in.
 pub trait Real:
@@ -52,11 +52,17 @@ macro_rules! impl_real {
 impl_real!(f32);
 impl_real!(f64);
 
-/// design §3 step 1.
-pub fn log_decay<R: Real>(a: R, dt_bias: R, a_log: R) -> R {
+/// design §3 step 1, in the raw gate's form: softplus (`-exp(A_log) softplus(x)`) or the safe
+/// gate (`lower_bound sigmoid(exp(A_log) x)`), `x = a + dt_bias`.
+pub fn log_decay<R: Real>(a: R, dt_bias: R, a_log: R, form: GateForm) -> R {
     let x = a + dt_bias;
-    let softplus = if x <= R::from_f32(20.0) { x.exp().ln_1p() } else { x };
-    -(a_log.exp()) * softplus
+    match form {
+        GateForm::Softplus => {
+            let softplus = if x <= R::from_f32(20.0) { x.exp().ln_1p() } else { x };
+            -(a_log.exp()) * softplus
+        }
+        GateForm::Bounded(bound) => R::from_f32(bound.get()) * beta(a_log.exp() * x),
+    }
 }
 
 /// design §3 step 2.
@@ -152,13 +158,20 @@ pub struct RecurrentResult<R> {
 pub fn gate_at<R: Real>(gate: &Gate<'_>, variant: Variant, dims: &HeadDims, tok: usize, hv: usize) -> (Vec<R>, R) {
     let gw = dims.gate_width(variant);
     match gate {
-        Gate::Raw { a, b, a_log, dt_bias } => {
+        Gate::Raw {
+            a,
+            b,
+            a_log,
+            dt_bias,
+            form,
+        } => {
             let g = (0..gw)
                 .map(|j| {
                     log_decay(
                         R::from_f32(a.at(tok, hv * gw + j)),
                         R::from_f32(dt_bias[hv * gw + j]),
                         R::from_f32(a_log[hv]),
+                        *form,
                     )
                 })
                 .collect();

@@ -11,6 +11,61 @@ use crate::ffi;
 use crate::memory::{ActLayout, ActLayoutMut, Device, Host, Memory, SeqlensRef, SliceRef};
 use crate::runtime::launch::Exec;
 
+/// The safe gate's bound: finite and negative, so every `g` lies in `[bound, 0]`.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct LowerBound(f32);
+
+impl LowerBound {
+    /// The bound, refused unless finite and negative (the rule of the C ABI's `lower_bound`;
+    /// 0 there means the softplus gate, [`GateForm::Softplus`] here).
+    pub fn new(bound: f32) -> Result<Self> {
+        crate::checks::params::lower_bound(bound)?;
+        if bound == 0.0 {
+            return Err(Error::BadParam(format!(
+                "lower_bound = {bound}, must be finite and negative (0 is the softplus gate: GateForm::Softplus)"
+            )));
+        }
+        Ok(LowerBound(bound))
+    }
+
+    pub fn get(self) -> f32 {
+        self.0
+    }
+}
+
+/// How a raw gate forms its log decay `g` from `x = a + dt_bias` (design §3 step 1).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum GateForm {
+    /// `g = -exp(A_log) softplus(x)`, softplus linear above 20 (GDN's and KDA's gate).
+    #[default]
+    Softplus,
+    /// The safe gate of Kimi's KDA (SGLang's and vLLM's `lower_bound`):
+    /// `g = lower_bound sigmoid(exp(A_log) x)`. KDA only (refused with GDN, whose kernels compile
+    /// the softplus form alone).
+    Bounded(LowerBound),
+}
+
+impl GateForm {
+    /// The form the C ABI's `lower_bound` field names: 0 (either sign) = softplus, else the
+    /// safe gate's bound (refused unless finite and negative).
+    pub fn from_lower_bound(lower_bound: f32) -> Result<Self> {
+        crate::checks::params::lower_bound(lower_bound)?;
+        Ok(if lower_bound == 0.0 {
+            GateForm::Softplus
+        } else {
+            GateForm::Bounded(LowerBound(lower_bound))
+        })
+    }
+
+    /// The C ABI's `lower_bound` of this form (0 = softplus).
+    pub fn lower_bound(self) -> f32 {
+        match self {
+            GateForm::Softplus => 0.0,
+            GateForm::Bounded(b) => b.0,
+        }
+    }
+}
+
 /// The gate of every token: raw inputs (design §3 steps 1-2 run in-kernel) or precomputed g/beta.
 #[derive(Clone, Copy, Debug)]
 pub enum Gate<'a, M: Memory = Host> {
@@ -23,6 +78,8 @@ pub enum Gate<'a, M: Memory = Host> {
         a_log: M::Slice<'a, f32>,
         /// `[HV]` (KDA: `[HV, K]`).
         dt_bias: M::Slice<'a, f32>,
+        /// How `g` is formed from them.
+        form: GateForm,
     },
     Precomputed {
         /// `[N, HV]` (KDA: `[N, HV, K]`), log decay.
@@ -42,7 +99,19 @@ macro_rules! shorten_gate {
                 'a: 's,
             {
                 match self {
-                    Gate::Raw { a, b, a_log, dt_bias } => Gate::Raw { a, b, a_log, dt_bias },
+                    Gate::Raw {
+                        a,
+                        b,
+                        a_log,
+                        dt_bias,
+                        form,
+                    } => Gate::Raw {
+                        a,
+                        b,
+                        a_log,
+                        dt_bias,
+                        form,
+                    },
                     Gate::Precomputed { g, beta } => Gate::Precomputed { g, beta },
                 }
             }
@@ -119,7 +188,9 @@ pub fn validate_tokens<M: Memory>(
     check_dtype("o", o.dtype(), dtype)?;
     let gw = d.gate_width(inp.variant);
     match inp.gate {
-        Gate::Raw { a, b, a_log, dt_bias } => {
+        Gate::Raw {
+            a, b, a_log, dt_bias, ..
+        } => {
             check_view("a", &a, n, d.hv * gw)?;
             check_view("b", &b, n, d.hv)?;
             check_dtype("a", a.dtype(), dtype)?;
@@ -193,7 +264,14 @@ pub(crate) fn token_params<M: Memory>(
         ..Default::default()
     };
     match inp.gate {
-        Gate::Raw { a, b, a_log, dt_bias } => {
+        Gate::Raw {
+            a,
+            b,
+            a_log,
+            dt_bias,
+            form,
+        } => {
+            t.lower_bound = form.lower_bound();
             t.a = exec.view("a", &a)?.cast();
             t.b = exec.view("b", &b)?.cast();
             t.A_log = exec.slice("A_log", &a_log)?;

@@ -171,10 +171,10 @@ mod shared_table {
     use replayssm::config::{resolve, EngineFlags};
     use replayssm::{
         decode, fold, materialize, recurrent, replay, verify, verify_fold, AcceptedPaths, ActBuffer, Backend,
-        CheckpointPool, DType, DecodeRing, DeferredRing, DraftTree, ForceFlush, HeadDims, RecurrentOutputs, RingShape,
-        SpecRing, Variant,
+        CheckpointPool, DType, DecodeRing, DeferredRing, DraftTree, ForceFlush, GateForm, HeadDims, RecurrentOutputs,
+        RingShape, SpecRing, Variant,
     };
-    use replayssm_tools::workload::RecurrentData;
+    use replayssm_tools::workload::{GateData, RecurrentData};
 
     pub const DIMS: HeadDims = HeadDims {
         h: 1,
@@ -286,6 +286,17 @@ mod shared_table {
         };
         if row.name == "scale" {
             d.scale = row.scale();
+        }
+        if row.name == "lower_bound" {
+            // The typed API takes the raw gate's form from the C ABI's value through its rule.
+            match GateForm::from_lower_bound(row.scale()) {
+                Ok(form) => {
+                    if let GateData::Raw { form: f, .. } = &mut d.gate {
+                        *f = form;
+                    }
+                }
+                Err(e) => return (Outcome::Refused(e.to_string()), true),
+            }
         }
         let s = shape(&d);
         let batch = d.slots.len();

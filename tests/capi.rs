@@ -42,7 +42,14 @@ macro_rules! tokens {
         $p.tokens.k_stride = (every * qrow) as i64;
         $p.tokens.v_stride = (every * vrow) as i64;
         match &data.gate {
-            GateData::Raw { a, b, a_log, dt_bias } => {
+            GateData::Raw {
+                a,
+                b,
+                a_log,
+                dt_bias,
+                form,
+            } => {
+                $p.tokens.lower_bound = form.lower_bound();
                 $p.tokens.a = a.as_bytes()[first * d.hv * gw * es..].as_ptr().cast();
                 $p.tokens.b = b.as_bytes()[first * d.hv * es..].as_ptr().cast();
                 $p.tokens.A_log = a_log.as_ptr();

@@ -7,7 +7,7 @@
 //! their dtype and the final state `STATE_TOLERANCE`, like R's.
 mod common;
 
-use common::{bits_equal, gpu_available, output_tolerance, run, say, spec, STATE_TOLERANCE};
+use common::{bits_equal, gpu_available, output_tolerance, run, safe_gate, say, spec, STATE_TOLERANCE};
 use replayssm::config::{resolve, EngineFlags, GateError, Mode, PoolRole};
 use replayssm::numerics::compare;
 use replayssm::reference;
@@ -114,6 +114,24 @@ fn check_against_f64(data: &RecurrentData, out: &SequenceRun, what: &str) {
     let c = compare(&out.state, &expected, STATE_TOLERANCE);
     assert!(c.passed(), "{what}: final state vs f64: {c}");
     println!("{what}: outputs and state within tolerance of f64 ({c})");
+}
+
+#[test]
+fn the_safe_gate_decodes_bit_identical_to_recurrent_and_within_f64_tolerance() {
+    let dims = HeadDims {
+        h: 1,
+        hv: 2,
+        k: 64,
+        v: 32,
+    };
+    for (variant, dtype) in [(Variant::Kda, DType::BF16), (Variant::Kda, DType::F32)] {
+        let mut s = spec(variant, dims, dtype, &[7, 5]);
+        s.null_requests = vec![];
+        s.gate_form = safe_gate();
+        let data = RecurrentData::random(&s, seed() + 3);
+        let out = check_against_recurrent(Backend::Emulated, &data, 3, None);
+        check_against_f64(&data, &out, &format!("safe gate {variant} {dtype}"));
+    }
 }
 
 #[test]
@@ -589,7 +607,10 @@ fn garbage_device_slots_and_cursors_are_skipped_and_stay_inside_the_buffers() {
     let d = SMALL;
     let (ns, l, guard) = (3usize, 4usize, 1024usize);
     let data = data(Variant::Gdn, d, DType::F32, &[1, 1], seed() + 1000);
-    let GateData::Raw { a, b, a_log, dt_bias } = &data.gate else {
+    let GateData::Raw {
+        a, b, a_log, dt_bias, ..
+    } = &data.gate
+    else {
         unreachable!()
     };
     let guarded = |n: usize, fill: f32| {

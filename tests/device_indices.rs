@@ -31,7 +31,10 @@ fn launch(slots: &[i32], cu: &[i32]) -> (Launch, ffi::rssm_status) {
         error_word: 0,
         data,
     };
-    let GateData::Raw { a, b, a_log, dt_bias } = &l.data.gate else {
+    let GateData::Raw {
+        a, b, a_log, dt_bias, ..
+    } = &l.data.gate
+    else {
         unreachable!()
     };
     let p = ffi::rssm_recurrent_params {

@@ -2626,6 +2626,10 @@ impl Refusal {
             ("scale", Params::Verify(q)) => q.tokens.scale = scale(),
             ("scale", Params::Decode(q, _)) => q.tokens.scale = scale(),
             ("scale", Params::VerifyFold(q)) => q.verify.tokens.scale = scale(),
+            ("lower_bound", Params::Recurrent(q)) => q.tokens.lower_bound = scale(),
+            ("lower_bound", Params::Verify(q)) => q.tokens.lower_bound = scale(),
+            ("lower_bound", Params::Decode(q, _)) => q.tokens.lower_bound = scale(),
+            ("lower_bound", Params::VerifyFold(q)) => q.verify.tokens.lower_bound = scale(),
             ("cache_len", Params::Cursors(q)) => q.cache_len = int(),
             (n, _) => panic!("{}: no field {n} in the table's mapping", self.entry),
         }

@@ -165,12 +165,15 @@ fn place_rows(large: &mut RecurrentData, small: &RecurrentData) {
         }
         match (&mut large.gate, &small.gate) {
             (
-                GateData::Raw { a, b, a_log, dt_bias },
+                GateData::Raw {
+                    a, b, a_log, dt_bias, ..
+                },
                 GateData::Raw {
                     a: sa,
                     b: sb,
                     a_log: sl,
                     dt_bias: sd,
+                    ..
                 },
             ) => {
                 for j in 0..d.hv {

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use replayssm::backend::Backend;
-use replayssm::{ActBuffer, DType, Error, HeadDims, RecurrentOutputs, Variant};
+use replayssm::{ActBuffer, DType, Error, GateForm, HeadDims, RecurrentOutputs, Variant};
 use replayssm_tools::workload::{GateData, RecurrentData};
 
 const SHAPES: &[(HeadDims, &[usize])] = &[
@@ -93,6 +93,61 @@ fn emulated_matches_f64_reference_at_all_shapes_variants_and_dtypes() {
             }
         }
     }
+}
+
+#[test]
+fn the_safe_gate_matches_f64_and_is_the_gate_the_kernel_forms() {
+    let mut seed = 1500 + run_seed();
+    let variant = Variant::Kda;
+    for &(dims, seqlens) in &SHAPES[..3] {
+        for dtype in DType::ALL {
+            seed += 1;
+            let mut s = spec(variant, dims, dtype, seqlens);
+            s.gate_form = safe_gate();
+            let data = RecurrentData::random(&s, seed);
+            let what = format!("safe gate: {variant} {dtype} {dims:?} {seqlens:?} seed {seed}");
+            assert_passes(&data, &what);
+            // The same raw inputs under the softplus gate give other states: the form reached
+            // the kernel (a kernel that ignored it would pass the f64 check only by accident).
+            let mut softplus = data.clone();
+            if let GateData::Raw { form, .. } = &mut softplus.gate {
+                *form = GateForm::Softplus;
+            }
+            let (a, b) = (
+                run(Backend::Emulated, &data, false).unwrap(),
+                run(Backend::Emulated, &softplus, false).unwrap(),
+            );
+            assert!(
+                bits_equal(&a.state, &b.state).is_err(),
+                "{what}: the form changed nothing"
+            );
+        }
+    }
+    // GDN's kernels compile the softplus gate alone: the safe gate is refused, state untouched.
+    let mut s = spec(Variant::Gdn, SHAPES[0].0, DType::F32, SHAPES[0].1);
+    s.gate_form = safe_gate();
+    let data = RecurrentData::random(&s, seed + 1);
+    let mut state = data.state.clone();
+    let n = data.num_tokens();
+    let d = data.dims;
+    let mut o = ActBuffer::nan(DType::F32, n * d.hv * d.v);
+    let err = replayssm::recurrent(
+        Backend::Emulated,
+        &data.inputs(),
+        &mut RecurrentOutputs {
+            o: o.dense_mut(n, d.hv * d.v),
+            state: &mut state,
+            write_state: true,
+            snapshots: None,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("lower_bound = -5 with variant GDN: the safe gate is KDA's"),
+        "{err}"
+    );
+    assert!(bits_equal(&state, &data.state).is_ok());
 }
 
 #[test]

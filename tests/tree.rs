@@ -88,6 +88,9 @@ fn tree_outputs_match_f64_along_every_root_path() {
                 let mut s = spec(variant, dims, dtype, &seqlens);
                 s.null_requests = vec![1];
                 s.raw_gate = (ti + si) % 2 == 0;
+                if s.raw_gate && variant == Variant::Kda {
+                    s.gate_form = safe_gate();
+                }
                 let data = RecurrentData::random(&s, seed);
                 let tree = shape.tree(&seqlens, &mut r).unwrap();
                 let (ring_shape, pool) = pool_for(&data, 2, MAX_TREE_NODES, seed);
@@ -103,7 +106,10 @@ fn tree_outputs_match_f64_along_every_root_path() {
                     .map(|&x| dtype.round(x))
                     .collect();
                 let naive_err = compare(&naive, &oracle, tol);
-                let what = format!("{shape:?} {variant} {dtype} {dims:?} seqlens {seqlens:?} seed {seed}");
+                let what = format!(
+                    "{shape:?} {variant} {dtype} {dims:?} seqlens {seqlens:?} {:?} seed {seed}",
+                    s.gate_form
+                );
 
                 // Every implementation of V runs the tree mode (VT).
                 for choice in Choice::all(Kernel::V) {
@@ -492,7 +498,10 @@ fn garbage_device_parents_and_paths_are_skipped_and_flagged() {
     let seqlens = [4usize, 3];
     let data = RecurrentData::random(&spec(Variant::Gdn, dims, DType::F32, &seqlens), 21);
     let (shape, pool) = pool_for(&data, 1, 4, 21);
-    let GateData::Raw { a, b, a_log, dt_bias } = &data.gate else {
+    let GateData::Raw {
+        a, b, a_log, dt_bias, ..
+    } = &data.gate
+    else {
         unreachable!()
     };
     let n = data.num_tokens();

@@ -181,6 +181,20 @@ SCENARIOS = {
         seqlens=[4, 2, 3, 1], slots=[5, 2, -1, 0], accept=[3, 2, 1, 1],
         track_slots=[1, 3, -1, 4], track_steps=[2, -1, 0, 0],
     ),
+    # KDA's safe gate (Kimi's; SGLang's `lower_bound`): g = lower_bound * sigmoid(exp(A_log) *
+    # (a + dt_bias)). f32 act, K != V, null_block_id = 0 as in kda_f32_kv: a request on slot 0
+    # (the null block) with a track entry, one on -1, a track mid-window, a whole-window accept.
+    "kda_f32_safe": dict(
+        kda=True, act="f32", H=2, HV=2, K=32, V=64, NL=2, NS=6, W=8, null=0, seed=6, lower_bound=-5.0,
+        seqlens=[3, 2, 4, 2], slots=[1, -1, 0, 3], accept=[2, 1, 3, 2],
+        track_slots=[2, -1, 4, 5], track_steps=[1, 0, 2, 1],
+    ),
+    # The safe gate with bf16 activations and GQA: a null row, a whole-window accept.
+    "kda_bf16_safe": dict(
+        kda=True, act="bf16", H=2, HV=4, K=32, V=32, NL=2, NS=5, W=8, null=-1, seed=7, lower_bound=-5.0,
+        seqlens=[2, 4, 3], slots=[3, -1, 0], accept=[1, 4, 3],
+        track_slots=[4, -1, -1], track_steps=[0, 0, -1],
+    ),
 }
 
 ACT = {"bf16": torch.bfloat16, "f32": torch.float32}
@@ -238,7 +252,7 @@ def sglang_verify(mods, sc, x, ring):
             q=x["q"][layer], k=x["k"][layer], v=x["v"][layer], b=x["b"][layer],
             initial_state_source=x["state_in"][layer], initial_state_indices=x["state_indices"],
             scale=sc["K"] ** -0.5, use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu_seqlens"],
-            is_kda=sc["kda"], disable_state_update=True, cache_ring=True,
+            is_kda=sc["kda"], lower_bound=sc.get("lower_bound"), disable_state_update=True, cache_ring=True,
             replayssm_rawv=ring[0][layer], replayssm_rawk=ring[1][layer],
             replayssm_g=ring[2][layer], replayssm_beta=ring[3][layer],
         )
@@ -280,7 +294,7 @@ def our_verify(sc, x, ring):
     outs = []
     for layer in range(sc["NL"]):
         gate = dict(a=x["a"][layer], b=x["b"][layer], A_log=x["A_log"][layer].contiguous(),
-                    dt_bias=x["dt_bias"][layer].contiguous())
+                    dt_bias=x["dt_bias"][layer].contiguous(), lower_bound=sc.get("lower_bound"))
         if sc["kda"]:
             gate["a"] = gate["a"].reshape(-1, sc["HV"], sc["K"])
             gate["dt_bias"] = gate["dt_bias"].reshape(sc["HV"], sc["K"])
@@ -324,14 +338,18 @@ def act_ulps(a, b):
 
 def gate_truth(sc, x):
     """Per token, the gate and beta in f64 from the same f32 inputs (x = a + dt_bias added in f32,
-    as both kernels do): g = -exp(A_log) softplus(x), softplus linear above 20; beta = sigmoid(b).
+    as both kernels do): g = -exp(A_log) softplus(x), softplus linear above 20 (with a
+    lower_bound: g = lower_bound sigmoid(exp(A_log) x)); beta = sigmoid(b).
     Returns g [NL, T, HV(, K)] and beta [NL, T, HV] as f64."""
     NL, T, HV, K = sc["NL"], sum(sc["seqlens"]), sc["HV"], sc["K"]
     gw = K if sc["kda"] else 1
     xa = x["a"].float().reshape(NL, T, HV, gw) + x["dt_bias"].reshape(NL, 1, HV, gw)
     xd = xa.double()
-    sp = torch.where(xd <= 20.0, torch.log1p(torch.exp(xd)), xd)
-    g = -torch.exp(x["A_log"].double()).reshape(NL, 1, HV, 1) * sp
+    A = torch.exp(x["A_log"].double()).reshape(NL, 1, HV, 1)
+    if sc.get("lower_bound") is not None:
+        g = sc["lower_bound"] * torch.sigmoid(A * xd)
+    else:
+        g = -A * torch.where(xd <= 20.0, torch.log1p(torch.exp(xd)), xd)
     beta = torch.sigmoid(x["b"].float().double())
     return (g if sc["kda"] else g[..., 0]), beta
 
@@ -425,6 +443,8 @@ def write_golden(path, name, sc, x, o_sg, ring_sg, ring_ours, st_sg, st_of_ours,
         null_block_id=sc["null"], softplus_beta="1.0", softplus_threshold="20.0", use_qk_l2norm="true",
         index_dtype=sc.get("index", "int32"), bf16_rounding=BF16_ROUNDING, command=command,
     )
+    if sc.get("lower_bound") is not None:
+        meta["lower_bound"] = repr(sc["lower_bound"])
     save(path, t, {k: str(v) for k, v in meta.items()})
 
 
@@ -452,6 +472,8 @@ def write_fold_case(path, sc, x, o_sg, st_sg):
     atol, rtol = TOL[sc["act"]]
     meta = dict(format="replayssm-case/1", op="fold", variant="kda" if sc["kda"] else "gdn",
                 scale=repr(K ** -0.5), qk_l2norm="true", atol="%g" % atol, rtol="%g" % rtol)
+    if sc.get("lower_bound") is not None:
+        meta["lower_bound"] = repr(sc["lower_bound"])
     save(path, t, meta)
 
 

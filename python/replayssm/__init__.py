@@ -21,7 +21,9 @@ Nothing is synchronised and nothing is allocated except the outputs you leave as
 
 Layouts (NL layers, NS slots, H key heads, HV value heads, W window, L cache length):
   q, k [T, H, K]; v, o [T, HV, V] (act dtype; the token dim may be strided)
-  raw gate a [T, HV] (KDA [T, HV, K]), b [T, HV] (act); A_log [HV], dt_bias [HV] (KDA [HV, K]) f32
+  raw gate a [T, HV] (KDA [T, HV, K]), b [T, HV] (act); A_log [HV], dt_bias [HV] (KDA [HV, K]) f32;
+        g = -exp(A_log) softplus(a + dt_bias), or with lower_bound=L (finite, negative: Kimi's
+        safe gate) g = L sigmoid(exp(A_log) (a + dt_bias))
   precomputed gate g [T, HV] (KDA [T, HV, K]), beta [T, HV] f32
   state [NL, NS, HV, V, K] f32 (recurrent: [NS, HV, V, K]); each slot's [HV, V, K] contiguous, the
         layer and slot dims of any pitch the library accepts (a page-major pool's strided view)
@@ -187,16 +189,20 @@ def _enum(where, name, value, enum):
     return enum(v)
 
 
-def _scale(where, value):
+def _f32_arg(where, name, value):
     """`value` as the ABI's float32: a real number that float32 represents (a finite one not past
-    its range nor flushed to 0). Whether the scale is usable (finite) is the library's rule."""
+    its range nor flushed to 0). Whether the value is usable is the library's rule."""
     if _is_bool(value) or not isinstance(value, numbers.Real):
-        _bad("%s: scale = %r is not a real number (%s)" % (where, value, type(value).__name__))
+        _bad("%s: %s = %r is not a real number (%s)" % (where, name, value, type(value).__name__))
     v = float(value)
     if math.isfinite(v) and (abs(v) > _abi._F32_MAX or (v != 0 and _abi.f32(v).value == 0)):
-        _bad("%s: scale = %r is outside float32's range: |scale| must be 0 or in 1.4e-45..=%.8g"
-             % (where, value, _abi._F32_MAX))
+        _bad("%s: %s = %r is outside float32's range: |%s| must be 0 or in 1.4e-45..=%.8g"
+             % (where, name, value, name, _abi._F32_MAX))
     return v
+
+
+def _scale(where, value):
+    return _f32_arg(where, "scale", value)
 
 
 _I32_MAX = 2 ** 31 - 1
@@ -556,7 +562,7 @@ def _tokens(c, t, q, k, v, o, gate, scale, qk_l2norm, empty_ok):
     heads, dtype, variant and qk_l2norm the base gets (_fill_base). `empty_ok`: the entry accepts
     zero tokens (the C ABI's num_tokens >= 0)."""
     ACT = ("f32", "f16", "bf16")
-    unknown = set(gate) - {"a", "b", "A_log", "dt_bias", "g", "beta"}
+    unknown = set(gate) - {"a", "b", "A_log", "dt_bias", "lower_bound", "g", "beta"}
     if unknown:
         raise TypeError("%s got unexpected keyword argument(s) %s" % (c.entry, ", ".join(sorted(unknown))))
     tok = dict(token_strided=True, empty_ok=empty_ok)
@@ -592,6 +598,9 @@ def _tokens(c, t, q, k, v, o, gate, scale, qk_l2norm, empty_ok):
     t.q_stride, t.k_stride = stride(tq, H * K), stride(tk, H * K)
     t.v_stride, t.o_stride = stride(tv, HV * V), stride(to, HV * V)
     t.scale = K ** -0.5 if scale is None else _scale(c.entry, scale)
+    # The raw gate's form (None: softplus); its rule (finite, negative, raw gate only) is the library's.
+    if gate.get("lower_bound") is not None:
+        t.lower_bound = _f32_arg(c.entry, "lower_bound", gate["lower_bound"])
     prob = _Problem(H, HV, K, V, _act(tq), Variant.KDA if kda else Variant.GDN,
                     _flag(c.entry, "qk_l2norm", qk_l2norm))
     return o, T, prob

@@ -149,10 +149,11 @@ class BaseParams(_Params):
 
 class TokenParams(_Params):
     """replayssm_token_params: the token inputs and output of R, V and D, strides in elements per
-    token; gate raw (a, b, A_log, dt_bias) or precomputed (g, beta)."""
+    token; gate raw (a, b, A_log, dt_bias; lower_bound 0 = softplus, negative = the safe gate) or
+    precomputed (g, beta)."""
     _fields_ = (_ptrs("q", "k", "v", "a", "b", "A_log", "dt_bias", "g", "beta", "o")
                 + [(n, i64) for n in ("q_stride", "k_stride", "v_stride", "a_stride", "b_stride", "o_stride")]
-                + [("scale", f32), ("reserved", i32)])
+                + [("scale", f32), ("lower_bound", f32)])
 
 
 class RingParams(_Params):

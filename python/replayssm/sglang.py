@@ -11,7 +11,8 @@ tensors and NumPy arrays run on the emulated backend (the CUDA kernel source on 
 What is covered and what is refused (every refusal happens before anything is written):
   - `fused_sigmoid_gating_delta_rule_update`: the spec verify (`disable_state_update=True`, with
     or without `cache_ring=True`) runs kernel V; the plain update (`disable_state_update=False`,
-    no ring) runs kernel R. SGLang's other options (`match_cutedsl_decode`, `lower_bound`,
+    no ring) runs kernel R, either with SGLang's safe gate (`lower_bound`, negative). SGLang's
+    other options (`match_cutedsl_decode`, `lower_bound=0`,
     `intermediate_states_buffer`, `intermediate_state_indices`, `cache_steps`,
     `retrieve_parent_token`, a softplus other than beta 1 / threshold 20, no initial state)
     raise `NotImplementedError` naming the option.
@@ -41,7 +42,7 @@ per request; without it the CPU path reads `cu_seqlens`, the CUDA path uses the 
 import math
 import numbers
 
-from . import _T, _abi, _bad, _flag, _int, _is_bool, _pool_pitch_rule, _scale
+from . import _T, _abi, _bad, _f32_arg, _flag, _int, _is_bool, _pool_pitch_rule, _scale
 from . import fold as _rs_fold, recurrent as _recurrent, verify as _verify, decode as _decode
 
 SGLANG_VERSION = "0.5.23"
@@ -231,7 +232,7 @@ def fused_sigmoid_gating_delta_rule_update(
     if _flag(fn, "match_cutedsl_decode", match_cutedsl_decode):
         _unsupported(fn, "match_cutedsl_decode", match_cutedsl_decode, "replayssm does not reproduce FlashInfer's "
                      "CuTe DSL decode (its ex2/lg2.approx gate and bf16 state rounding)")
-    for option, value in (("lower_bound", lower_bound), ("intermediate_states_buffer", intermediate_states_buffer),
+    for option, value in (("intermediate_states_buffer", intermediate_states_buffer),
                           ("intermediate_state_indices", intermediate_state_indices),
                           ("retrieve_parent_token", retrieve_parent_token)):
         if value is not None:
@@ -243,7 +244,19 @@ def fused_sigmoid_gating_delta_rule_update(
     if any(_is_bool(x) or not isinstance(x, numbers.Real) for x in (softplus_beta, softplus_threshold)):
         _bad("%s: softplus_beta = %r, softplus_threshold = %r: expected real numbers" % (
             fn, softplus_beta, softplus_threshold))
-    if softplus_beta != 1.0 or softplus_threshold != 20.0:
+    if lower_bound is not None:
+        # SGLang's safe gate, g = lower_bound * sigmoid(exp(A_log) * (a + dt_bias)) (its softplus
+        # parameters unused). SGLang takes any float; replayssm's rule (finite, negative) is the
+        # library's, but 0 must be refused here: the C ABI reads it as the softplus gate, SGLang
+        # as a gate of 0 (no decay).
+        lower_bound = _f32_arg(fn, "lower_bound", lower_bound)
+        if not _flag(fn, "is_kda", is_kda):
+            _unsupported(fn, "lower_bound", lower_bound, "replayssm's safe gate is KDA's (is_kda=True); "
+                         "its GDN kernels compile the softplus gate alone")
+        if lower_bound == 0:
+            _unsupported(fn, "lower_bound", lower_bound, "SGLang's gate would be 0 (no decay); replayssm's safe "
+                         "gate takes a finite negative bound (and lower_bound=None is the softplus gate)")
+    elif softplus_beta != 1.0 or softplus_threshold != 20.0:
         _unsupported(fn, "(softplus_beta, softplus_threshold)", (softplus_beta, softplus_threshold),
                      "replayssm's gate is softplus with beta 1.0, linear above 20.0 (design §3)")
     if initial_state_source is None:
@@ -295,7 +308,7 @@ def fused_sigmoid_gating_delta_rule_update(
         _bad("%s: b has shape %s, expected [%d tokens (or B=%d, T=%d), HV = %d]" % (fn, list(tb.shape), rows, B, T, HV))
     gate = dict(a=a.reshape((rows, HV, K) if kda else (rows, HV)), b=b.reshape(rows, HV),
                 A_log=_f32_param(fn, "A_log", A_log, (HV,)),
-                dt_bias=_f32_param(fn, "dt_bias", dt_bias, (HV, K) if kda else (HV,)))
+                dt_bias=_f32_param(fn, "dt_bias", dt_bias, (HV, K) if kda else (HV,)), lower_bound=lower_bound)
     q3, k3, v3 = q.reshape(rows, H, K), k.reshape(rows, H, K), v.reshape(rows, HV, V)
 
     ts = _info(fn, "initial_state_source", initial_state_source, (4,))

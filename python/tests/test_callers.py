@@ -78,7 +78,7 @@ def test_python_refuses_every_row_of_the_shared_table_with_its_words(rng, entry,
         arr.reshape(-1)[int(i)] = int(value)  # i counts in memory order
         kw[name] = arr
     else:
-        kw[name] = float(value) if name == "scale" else int(value)
+        kw[name] = float(value) if name in ("scale", "lower_bound") else int(value)
     before = {n: x.copy() for n, x in kw.items() if isinstance(x, np.ndarray) and n not in ("o",)}
     with pytest.raises(rs.ReplaySSMError) as e:
         fn(**kw)

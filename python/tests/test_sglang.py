@@ -91,7 +91,7 @@ def run_verify(t, m, layer, ring):
         t["state_in"][layer], t["state_indices"], scale=float(m["scale"]), use_qk_l2norm_in_kernel=True,
         cu_seqlens=t["cu_seqlens"], is_kda=kda, disable_state_update=True, cache_ring=True,
         replayssm_rawv=ring[0][layer], replayssm_rawk=ring[1][layer], replayssm_g=ring[2][layer],
-        replayssm_beta=ring[3][layer])
+        replayssm_beta=ring[3][layer], lower_bound=float(m["lower_bound"]) if "lower_bound" in m else None)
 
 
 def empty_ring(t):
@@ -124,8 +124,9 @@ def test_the_verify_writes_sglangs_ring_and_outputs(t, m):
     assert np.array_equal(ring[0], t["ring_v_sglang"]) and np.array_equal(ring[1], t["ring_k_sglang"])
     assert ring[0].any() and ring[1].any()
     # g: SGLang's softplus is log(1 + exp(x)) in f32, up to 15 ulp from its f64 value (ours,
-    # log1pf, within 2: tools/tests/sglang_conformance.rs); beta: a couple of ulp.
-    assert ulps(ring[2], t["ring_g_sglang"]).max() <= 16
+    # log1pf, within 2: tools/tests/sglang_conformance.rs); the safe gate amplifies the rounding
+    # of exp(A_log) * x by its size (measured 31 ulp apart, SAFE_MAX_G_ULP there); beta: a couple of ulp.
+    assert ulps(ring[2], t["ring_g_sglang"]).max() <= (48 if "lower_bound" in m else 16)
     assert ulps(ring[3], t["ring_beta_sglang"]).max() <= 2
 
 
@@ -414,7 +415,8 @@ def untouched(s, before):
 
 UNSUPPORTED = [
     ("match_cutedsl_decode", dict(match_cutedsl_decode=True)),
-    ("lower_bound", dict(lower_bound=-5.0)),
+    # SGLang's gate would be 0 (no decay); the C ABI reads 0 as the softplus gate.
+    ("lower_bound", dict(lower_bound=0.0)),
     ("intermediate_states_buffer", dict(intermediate_states_buffer=np.zeros(4, np.float32))),
     ("intermediate_state_indices", dict(intermediate_state_indices=np.zeros(3, np.int32))),
     ("cache_steps", dict(cache_steps=4)),
@@ -476,6 +478,46 @@ def test_every_bad_verify_tensor_is_refused_by_name(rng, name, make):
     with pytest.raises(rs.InvalidArgument, match=name):
         sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(**kw))
     assert untouched(s, before)
+
+
+BAD_LOWER_BOUND = [
+    # The library's rule (finite, negative), and the binding's (a real number float32 holds).
+    ("lower_bound = 2, must be 0", 2.0),
+    ("lower_bound = NaN, must be 0", float("nan")),
+    ("lower_bound = -1e\\+39", -1e39),
+    ("lower_bound = 'x'", "x"),
+]
+
+
+@pytest.mark.parametrize("name,value", BAD_LOWER_BOUND, ids=[str(b[1]) for b in BAD_LOWER_BOUND])
+def test_a_bad_safe_gate_bound_is_refused_by_name(rng, name, value):
+    s = Spec(rng, kda=True)
+    before = snapshot(s)
+    with pytest.raises(rs.InvalidArgument, match=name):
+        sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(lower_bound=value))
+    assert untouched(s, before)
+
+
+def test_the_safe_gate_is_kdas_and_reaches_the_kernel(rng):
+    # GDN's kernels compile the softplus gate alone: SGLang's GDN + lower_bound is refused by name.
+    s = Spec(rng)
+    before = snapshot(s)
+    with pytest.raises(NotImplementedError, match="lower_bound"):
+        sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(lower_bound=-5.0))
+    assert untouched(s, before)
+    # KDA: the bound reaches the kernel (other outputs than the softplus gate's on the same
+    # inputs) and the ring's g records lie in [lower_bound, 0]. (Against SGLang's own kernels:
+    # the kda_*_safe goldens, test_the_verify_writes_sglangs_ring_and_outputs.)
+    s = Spec(rng, kda=True)
+    o = sg.fused_sigmoid_gating_delta_rule_update(**s.verify_args(lower_bound=-5.0))
+    g = s.ring[2][0][s.slots[0], :, :3]  # request 0's 3 records, layer 0
+    soft = Spec(rng, kda=True)
+    for n in ("q", "k", "v", "a", "b", "A_log", "dt_bias", "state"):
+        setattr(soft, n, getattr(s, n).copy())
+    o_soft = sg.fused_sigmoid_gating_delta_rule_update(**soft.verify_args())
+    live = np.repeat(s.slots >= 0, np.diff(s.cu))
+    assert np.isfinite(o[0][live]).all() and not np.array_equal(o[0][live], o_soft[0][live])
+    assert ((g >= -5.0) & (g <= 0)).all() and (g < 0).any()
 
 
 BAD_FOLD = [

@@ -32,23 +32,13 @@ fn header(flags: u32, reserved: &[(&str, i32)]) -> Check {
 /// V's header and reserved fields (`prefix`: where VF nests it).
 fn verify_header(p: &replayssm_verify_params, prefix: &str) -> Check {
     let named = |f: &str| format!("{prefix}{f}");
-    let (b, t, r) = (named("base.reserved"), named("tokens.reserved"), named("ring.reserved"));
-    header(
-        p.flags,
-        &[(&b, p.base.reserved), (&t, p.tokens.reserved), (&r, p.ring.reserved)],
-    )
+    let (b, r) = (named("base.reserved"), named("ring.reserved"));
+    header(p.flags, &[(&b, p.base.reserved), (&r, p.ring.reserved)])
 }
 
-/// R's and D's header: the base, the token part and the struct's own reserved field.
-fn token_header(flags: u32, base: &replayssm_base_params, tokens: &replayssm_token_params, reserved: i32) -> Check {
-    header(
-        flags,
-        &[
-            ("base.reserved", base.reserved),
-            ("tokens.reserved", tokens.reserved),
-            ("reserved", reserved),
-        ],
-    )
+/// R's and D's header: the base's and the struct's own reserved field.
+fn token_header(flags: u32, base: &replayssm_base_params, reserved: i32) -> Check {
+    header(flags, &[("base.reserved", base.reserved), ("reserved", reserved)])
 }
 
 /// A kernel entry's params: the C struct's name and the header and reserved fields (named as
@@ -84,7 +74,7 @@ macro_rules! entry_params {
 }
 
 entry_params! {
-    replayssm_recurrent_params => |p| token_header(p.flags, &p.base, &p.tokens, p.reserved);
+    replayssm_recurrent_params => |p| token_header(p.flags, &p.base, p.reserved);
     replayssm_verify_params => |p| verify_header(p, "");
     replayssm_fold_params => |p| header(
         p.flags,
@@ -93,7 +83,7 @@ entry_params! {
     replayssm_replay_params => |p| {
         header(p.flags, &[("base.reserved", p.base.reserved), ("ring.reserved", p.ring.reserved)])
     };
-    replayssm_decode_params => |p| token_header(p.flags, &p.base, &p.tokens, p.reserved);
+    replayssm_decode_params => |p| token_header(p.flags, &p.base, p.reserved);
     replayssm_cursor_params => |p| header(p.flags, &[]);
     replayssm_verify_fold_params => |p| verify_fold_header(p);
     replayssm_defer_params => |p| header(p.flags, &[("reserved", p.reserved)]);

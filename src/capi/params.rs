@@ -66,7 +66,11 @@ pub struct replayssm_token_params {
     pub b_stride: i64,
     pub o_stride: i64,
     pub scale: f32,
-    pub reserved: i32,
+    /// The raw gate's form: 0 = softplus (`g = -exp(A_log) softplus(a + dt_bias)`), finite and
+    /// negative = the safe gate (`g = lower_bound sigmoid(exp(A_log) (a + dt_bias))`, Kimi's KDA;
+    /// SGLang's and vLLM's `lower_bound`). 0 with a precomputed gate. (ABI 3 before this field
+    /// had it reserved, 0.)
+    pub lower_bound: f32,
 }
 
 /// The spec ring (`[num_layers, num_slots, ..., window, ...]`, packed): raw v and k (act dtype),
@@ -268,7 +272,7 @@ fn base(b: &replayssm_base_params) -> ffi::rssm_base_params {
 fn tokens(t: &replayssm_token_params) -> ffi::rssm_token_params {
     copy_fields!(t => ffi::rssm_token_params {
         q, k, v, a, b, A_log, dt_bias, g, beta, o, q_stride, k_stride, v_stride, a_stride,
-        b_stride, o_stride, scale, reserved,
+        b_stride, o_stride, scale, lower_bound,
     })
 }
 

@@ -79,6 +79,18 @@ pub fn scale(scale: f32) -> Check {
     Ok(())
 }
 
+/// The raw gate's form: `lower_bound` 0 (either sign) is the softplus gate; any other value is
+/// the safe gate's bound, which must be finite and negative (`g` lies in `[lower_bound, 0]`: a
+/// positive one would grow the state, a non-finite one makes every `g` non-finite).
+pub fn lower_bound(lower_bound: f32) -> Check {
+    if lower_bound == 0.0 || (lower_bound.is_finite() && lower_bound < 0.0) {
+        return Ok(());
+    }
+    Err(bad(format!(
+        "lower_bound = {lower_bound}, must be 0 (softplus gate) or finite and negative (the safe gate)"
+    )))
+}
+
 /// `layer` is a layer of a pool of `num_layers` layers.
 pub fn layer(layer: i64, num_layers: i64) -> Check {
     in_range(layer, 0, num_layers - 1, "layer")
@@ -190,6 +202,19 @@ fn tokens(b: &ffi::rssm_base_params, t: &ffi::rssm_token_params, rows: i32) -> C
     } else {
         nonnull(t.g, "g (precomputed gate)")?;
         nonnull(t.beta, "beta (precomputed gate)")?;
+    }
+    lower_bound(t.lower_bound)?;
+    if t.lower_bound != 0.0 && b.variant != 1 {
+        return Err(unsupported(format!(
+            "lower_bound = {} with variant GDN: the safe gate is KDA's (Kimi); GDN's gate is softplus",
+            t.lower_bound
+        )));
+    }
+    if !raw && t.lower_bound != 0.0 {
+        return Err(bad(format!(
+            "lower_bound = {}: the safe gate is formed from the raw gate; with a precomputed gate (g, beta) it must be 0",
+            t.lower_bound
+        )));
     }
     let (h, hv, k, v) = (b.H as i64, b.HV as i64, b.K as i64, b.V as i64);
     at_least(t.q_stride, h * k, "q_stride (elements per token, at least H*K)")?;

@@ -51,6 +51,11 @@ pub fn reordered_bound(naive_err: f64, reference: &[f64]) -> f64 {
 
 pub const STATE_TOLERANCE: Tolerance = Tolerance { atol: 1e-6, rtol: 1e-5 };
 
+/// The safe gate (Kimi's KDA, SGLang's `lower_bound`) at the bound Kimi's models use.
+pub fn safe_gate() -> replayssm::GateForm {
+    replayssm::GateForm::Bounded(replayssm::LowerBound::new(-5.0).expect("a negative bound"))
+}
+
 pub fn spec(variant: Variant, dims: HeadDims, dtype: DType, seqlens: &[usize]) -> WorkloadSpec {
     WorkloadSpec {
         variant,
@@ -60,6 +65,7 @@ pub fn spec(variant: Variant, dims: HeadDims, dtype: DType, seqlens: &[usize]) -
         null_requests: vec![],
         spare_slots: 2,
         raw_gate: true,
+        gate_form: replayssm::GateForm::Softplus,
         qk_l2norm: true,
     }
 }

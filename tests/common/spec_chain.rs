@@ -104,8 +104,8 @@ pub fn each_impl(backend: Backend, mut f: impl FnMut()) {
 }
 
 /// One step's windows, one per layer, every row on `slots` (fresh inputs per step and layer; raw
-/// gates on two steps of three). The chains of tests/fold.rs and tests/verify_fold.rs draw theirs
-/// here.
+/// gates on two steps of three, for KDA the softplus gate on one and the safe gate on the other).
+/// The chains of tests/fold.rs and tests/verify_fold.rs draw theirs here.
 #[allow(clippy::too_many_arguments)]
 pub fn draw_windows(
     variant: Variant,
@@ -120,6 +120,9 @@ pub fn draw_windows(
 ) -> Vec<RecurrentData> {
     let mut s = spec(variant, dims, dtype, &vec![window; slots.len()]);
     s.raw_gate = step % 3 != 0;
+    if step % 3 == 2 && variant == Variant::Kda {
+        s.gate_form = super::safe_gate();
+    }
     s.spare_slots = num_slots - slots.len();
     (0..layers)
         .map(|l| {

@@ -20,7 +20,7 @@ use replayssm::problem::{HeadDims, Variant};
 use replayssm::ring::SpecRing;
 use replayssm::spec::MAX_VERIFY_WINDOW;
 use replayssm::tree::{AcceptedPaths, DraftTree};
-use replayssm::DeferredRing;
+use replayssm::{DeferredRing, GateForm};
 
 pub const FORMAT: &str = "replayssm-case/1";
 
@@ -529,6 +529,22 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
         })?;
     let scale: f32 = meta_parse(path, &m, "scale")?;
     let qk_l2norm: bool = meta_parse(path, &m, "qk_l2norm")?;
+    // Optional (absent: the softplus gate); the library's rule, its words.
+    let gate_form = match m.contains_key("lower_bound") {
+        false => GateForm::Softplus,
+        true => GateForm::from_lower_bound(meta_parse(path, &m, "lower_bound")?).map_err(|e| CaseError::Metadata {
+            path: path.to_path_buf(),
+            key: "lower_bound",
+            msg: e.to_string(),
+        })?,
+    };
+    if variant == Variant::Gdn && gate_form != GateForm::Softplus {
+        return Err(CaseError::Metadata {
+            path: path.to_path_buf(),
+            key: "lower_bound",
+            msg: format!("{}: the safe gate is KDA's, this case is GDN", gate_form.lower_bound()),
+        });
+    }
     let tolerance = Tolerance {
         atol: meta_parse(path, &m, "atol")?,
         rtol: meta_parse(path, &m, "rtol")?,
@@ -556,7 +572,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
     let st = SafeTensors::deserialize(bytes).map_err(not_st)?;
     let r = Reader { path, st };
     if op == Op::VerifyFoldSteps {
-        return parse_steps(&r, variant, scale, qk_l2norm, tolerance);
+        return parse_steps(&r, variant, scale, qk_l2norm, gate_form, tolerance);
     }
     let (q, qs) = r.act("q", &[None, None, None], None)?;
     let dtype = q.dtype();
@@ -571,7 +587,9 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
         Variant::Gdn => vec![Some(n), Some(hv)],
         Variant::Kda => vec![Some(n), Some(hv), Some(kd)],
     };
-    let gate = if r.has("g") || r.has("beta") {
+    let precomputed = r.has("g") || r.has("beta");
+    check_gate_form(path, precomputed, gate_form)?;
+    let gate = if precomputed {
         GateData::Precomputed {
             g: r.f32s("g", &gate_shape)?,
             beta: r.f32s("beta", &[Some(n), Some(hv)])?,
@@ -587,6 +605,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
             b: r.act("b", &[Some(n), Some(hv)], Some(dtype))?.0,
             a_log: r.f32s("A_log", &[Some(hv)])?,
             dt_bias: r.f32s("dt_bias", &dt_shape)?,
+            form: gate_form,
         }
     };
     let cu_seqlens = r.i32s("cu_seqlens", &[None])?;
@@ -685,11 +704,27 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
 /// leading step extent S (1..=[`MAX_CASE_STEPS`]; `A_log`, `dt_bias` shared), `cu_seqlens [R+1]`
 /// (every step's windows, each 1..=[`MAX_VERIFY_WINDOW`] tokens), `state_in`, `accept [S, R]`
 /// i32 (0..=the request's window), `o [S, N, HV, V]` and `state_out` (required).
+/// A `lower_bound` forms `g` from a raw gate: with a precomputed one it would be ignored.
+fn check_gate_form(path: &Path, precomputed: bool, form: GateForm) -> Result<(), CaseError> {
+    if precomputed && form != GateForm::Softplus {
+        return Err(CaseError::Metadata {
+            path: path.to_path_buf(),
+            key: "lower_bound",
+            msg: format!(
+                "{}: the safe gate is formed from a raw gate (a, b, A_log, dt_bias), this case has g and beta",
+                form.lower_bound()
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn parse_steps(
     r: &Reader<'_>,
     variant: Variant,
     scale: f32,
     qk_l2norm: bool,
+    gate_form: GateForm,
     tolerance: Tolerance,
 ) -> Result<Case, CaseError> {
     let path = r.path;
@@ -751,7 +786,9 @@ fn parse_steps(
         Variant::Gdn => vec![s, Some(n), Some(hv)],
         Variant::Kda => vec![s, Some(n), Some(hv), Some(kd)],
     };
-    let gates: Vec<GateData> = if r.has("g") || r.has("beta") {
+    let precomputed = r.has("g") || r.has("beta");
+    check_gate_form(path, precomputed, gate_form)?;
+    let gates: Vec<GateData> = if precomputed {
         let g = r.f32s_steps("g", &gate_shape)?;
         let beta = r.f32s_steps("beta", &[s, Some(n), Some(hv)])?;
         g.into_iter()
@@ -776,6 +813,7 @@ fn parse_steps(
                 b,
                 a_log: a_log.clone(),
                 dt_bias: dt_bias.clone(),
+                form: gate_form,
             })
             .collect()
     };
@@ -1203,7 +1241,9 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
         _ => {}
     }
     match &local.gate {
-        GateData::Raw { a, b, a_log, dt_bias } => {
+        GateData::Raw {
+            a, b, a_log, dt_bias, ..
+        } => {
             tensors.push(("a".into(), st_dtype(act), gate_shape, a.as_bytes().to_vec()));
             tensors.push(("b".into(), st_dtype(act), vec![n, d.hv], b.as_bytes().to_vec()));
             tensors.push(("A_log".into(), Dtype::F32, vec![d.hv], bytes_of(a_log).to_vec()));
@@ -1267,6 +1307,13 @@ fn save(
     if let Some(l) = cache_len {
         metadata.insert("cache_len".into(), l.to_string());
     }
+    if let GateData::Raw {
+        form: GateForm::Bounded(b),
+        ..
+    } = data.gate
+    {
+        metadata.insert("lower_bound".into(), format!("{:e}", b.get()));
+    }
     let bytes = safetensors::serialize(views, &Some(metadata)).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     std::fs::write(path, bytes)
 }
@@ -1326,11 +1373,16 @@ fn write_steps(
     for (i, w) in rest.iter().enumerate() {
         let same_gate = match (&data.gate, &w.gate) {
             (
-                GateData::Raw { a_log, dt_bias, .. },
                 GateData::Raw {
-                    a_log: l, dt_bias: b, ..
+                    a_log, dt_bias, form, ..
                 },
-            ) => a_log == l && dt_bias == b,
+                GateData::Raw {
+                    a_log: l,
+                    dt_bias: b,
+                    form: f,
+                    ..
+                },
+            ) => a_log == l && dt_bias == b && form == f,
             (GateData::Precomputed { .. }, GateData::Precomputed { .. }) => true,
             _ => false,
         };
@@ -1343,7 +1395,7 @@ fn write_steps(
             && same_gate;
         if !same {
             return Err(format!(
-                "step {}'s window differs from step 0's in variant, dims, dtype, cu_seqlens, scale, qk_l2norm, gate kind or A_log/dt_bias",
+                "step {}'s window differs from step 0's in variant, dims, dtype, cu_seqlens, scale, qk_l2norm, gate kind or A_log/dt_bias/lower_bound",
                 i + 1
             ));
         }
@@ -1493,6 +1545,7 @@ mod tests {
             null_requests: vec![],
             spare_slots: 0,
             raw_gate: true,
+            gate_form: replayssm::GateForm::Softplus,
             qk_l2norm: true,
         };
         let data = RecurrentData::random(&spec, 3);

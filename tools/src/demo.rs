@@ -81,6 +81,7 @@ fn judge_recurrent(backend: Backend, seed: u64) -> Result<bool> {
         null_requests: vec![7],
         spare_slots: 4,
         raw_gate: true,
+        gate_form: replayssm::GateForm::Softplus,
         qk_l2norm: true,
     };
     let out_tol = BF16_OUT_TOL;
@@ -198,6 +199,7 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         null_requests: vec![],
         spare_slots: 2,
         raw_gate: true,
+        gate_form: replayssm::GateForm::Softplus,
         qk_l2norm: true,
     };
     for step in 0..steps {
@@ -418,6 +420,7 @@ pub fn run_decode(backend: Backend, seed: u64, steps: usize, l: usize) -> Result
         null_requests: vec![],
         spare_slots: 2,
         raw_gate: true,
+        gate_form: replayssm::GateForm::Softplus,
         qk_l2norm: true,
     };
     let data = RecurrentData::random(&spec, seed);

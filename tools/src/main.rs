@@ -168,6 +168,10 @@ struct MakeCaseArgs {
     /// Store precomputed g/beta instead of raw a, b, A_log, dt_bias.
     #[arg(long)]
     precomputed_gate: bool,
+    /// The raw gate's safe-gate bound (finite and negative; Kimi's KDA): g = lower_bound *
+    /// sigmoid(exp(A_log) (a + dt_bias)). Absent: the softplus gate.
+    #[arg(long, allow_hyphen_values = true, conflicts_with = "precomputed_gate")]
+    lower_bound: Option<f32>,
     #[arg(long)]
     no_l2norm: bool,
     /// Any seed, 0..=18446744073709551615.
@@ -645,6 +649,15 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
         null_requests: vec![],
         spare_slots: 0,
         raw_gate: !a.precomputed_gate,
+        gate_form: match a.lower_bound {
+            None => replayssm::GateForm::Softplus,
+            Some(_) if a.variant == Variant::Gdn => {
+                return Err("--lower-bound: the safe gate is KDA's (--variant kda)".into())
+            }
+            Some(b) => replayssm::LowerBound::new(b)
+                .map(replayssm::GateForm::Bounded)
+                .map_err(|e| format!("--lower-bound: {e}"))?,
+        },
         qk_l2norm: !a.no_l2norm,
     };
     let data = RecurrentData::random(&spec, a.seed);

@@ -14,7 +14,7 @@ use replayssm::memory::{DeviceAct, DeviceActView, DeviceSeqlens, DeviceVec, Stre
 use replayssm::DeviceAccepted;
 use replayssm::{
     Accepted, Backend, CheckpointPool, DecodeInputs, DecodeRing, DecodeStep, DeferredRing, Device, DraftTree, Gate,
-    RecurrentInputs, Result, SpecRing, Track,
+    GateForm, RecurrentInputs, Result, SpecRing, Track,
 };
 
 /// The stream of one staged call and its uploads.
@@ -55,6 +55,7 @@ enum GateUp {
         b: (DeviceAct, Layout),
         a_log: DeviceVec<f32>,
         dt_bias: DeviceVec<f32>,
+        form: GateForm,
     },
     Precomputed {
         g: DeviceVec<f32>,
@@ -69,11 +70,18 @@ fn act_up(stream: &Stream, v: &ActView<'_>) -> Result<(DeviceAct, Layout)> {
 
 fn gate_up(stream: &Stream, gate: &Gate<'_>) -> Result<GateUp> {
     Ok(match *gate {
-        Gate::Raw { a, b, a_log, dt_bias } => GateUp::Raw {
+        Gate::Raw {
+            a,
+            b,
+            a_log,
+            dt_bias,
+            form,
+        } => GateUp::Raw {
             a: act_up(stream, &a)?,
             b: act_up(stream, &b)?,
             a_log: DeviceVec::from_host(stream, a_log)?,
             dt_bias: DeviceVec::from_host(stream, dt_bias)?,
+            form,
         },
         Gate::Precomputed { g, beta } => GateUp::Precomputed {
             g: DeviceVec::from_host(stream, g)?,
@@ -123,11 +131,18 @@ impl Up {
 
 fn gate_view(g: &GateUp) -> Gate<'_, Device> {
     match g {
-        GateUp::Raw { a, b, a_log, dt_bias } => Gate::Raw {
+        GateUp::Raw {
+            a,
+            b,
+            a_log,
+            dt_bias,
+            form,
+        } => Gate::Raw {
             a: view(&a.0, a.1),
             b: view(&b.0, b.1),
             a_log: a_log.as_slice(),
             dt_bias: dt_bias.as_slice(),
+            form: *form,
         },
         GateUp::Precomputed { g, beta } => Gate::Precomputed {
             g: g.as_slice(),

@@ -8,8 +8,8 @@ use replayssm::dtype::{ActBuffer, DType};
 use replayssm::kernels::decode::DecodeInputs;
 use replayssm::kernels::recurrent::default_scale;
 use replayssm::problem::{HeadDims, Variant};
-use replayssm::tokens::Gate;
 use replayssm::tokens::RecurrentInputs;
+use replayssm::tokens::{Gate, GateForm};
 use replayssm::tree::DraftTree;
 
 /// Owned gate inputs.
@@ -20,6 +20,7 @@ pub enum GateData {
         b: ActBuffer,
         a_log: Vec<f32>,
         dt_bias: Vec<f32>,
+        form: GateForm,
     },
     Precomputed {
         g: Vec<f32>,
@@ -40,6 +41,8 @@ pub struct WorkloadSpec {
     /// Extra slots in the pool that no request uses (they must stay untouched).
     pub spare_slots: usize,
     pub raw_gate: bool,
+    /// How a raw gate forms `g` (unused with a precomputed gate).
+    pub gate_form: GateForm,
     pub qk_l2norm: bool,
 }
 
@@ -88,6 +91,7 @@ impl RecurrentData {
                 b: ActBuffer::from_f32(spec.dtype, &uniform(&mut rng, n * d.hv, -3.0, 3.0)),
                 a_log: uniform(&mut rng, d.hv, -1.5, 0.5),
                 dt_bias: uniform(&mut rng, d.hv * gw, -1.0, 1.0),
+                form: spec.gate_form,
             }
         } else {
             GateData::Precomputed {
@@ -167,11 +171,18 @@ impl RecurrentData {
         let d = self.dims;
         let gw = d.gate_width(self.variant);
         match &self.gate {
-            GateData::Raw { a, b, a_log, dt_bias } => Gate::Raw {
+            GateData::Raw {
+                a,
+                b,
+                a_log,
+                dt_bias,
+                form,
+            } => Gate::Raw {
                 a: a.dense(n, d.hv * gw),
                 b: b.dense(n, d.hv),
                 a_log,
                 dt_bias,
+                form: *form,
             },
             GateData::Precomputed { g, beta } => Gate::Precomputed { g, beta },
         }
@@ -198,11 +209,18 @@ impl RecurrentData {
             k: act(&self.k, d.h * d.k),
             v: act(&self.v, d.hv * d.v),
             gate: match &self.gate {
-                GateData::Raw { a, b, a_log, dt_bias } => GateData::Raw {
+                GateData::Raw {
+                    a,
+                    b,
+                    a_log,
+                    dt_bias,
+                    form,
+                } => GateData::Raw {
                     a: act(a, d.hv * gw),
                     b: act(b, d.hv),
                     a_log: a_log.clone(),
                     dt_bias: dt_bias.clone(),
+                    form: *form,
                 },
                 GateData::Precomputed { g, beta } => GateData::Precomputed {
                     g: pick(g, d.hv * gw),

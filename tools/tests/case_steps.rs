@@ -8,7 +8,7 @@ use std::process::Command;
 
 use replayssm::backend::Backend;
 use replayssm::numerics::Tolerance;
-use replayssm::{DType, HeadDims, Variant};
+use replayssm::{DType, GateForm, HeadDims, LowerBound, Variant};
 use replayssm_tools::case::{self, CaseError, CaseKind, Op, MAX_CASE_STEPS};
 use replayssm_tools::workload::{GateData, RecurrentData, WorkloadSpec};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -89,6 +89,11 @@ fn windows(variant: Variant, dtype: DType, raw_gate: bool, seqlens: &[usize], st
         null_requests: vec![],
         spare_slots: 1,
         raw_gate,
+        // KDA's raw-gate cases carry the safe gate: `lower_bound` through the file and back.
+        gate_form: match variant {
+            Variant::Kda => GateForm::Bounded(LowerBound::new(-5.0).unwrap()),
+            Variant::Gdn => GateForm::Softplus,
+        },
         qk_l2norm: true,
     };
     let first = RecurrentData::random(&spec, 40);

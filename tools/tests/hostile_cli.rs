@@ -159,6 +159,60 @@ fn split(file: &[u8]) -> (serde_json::Value, Vec<u8>) {
     (serde_json::from_slice(&file[8..8 + n]).unwrap(), file[8 + n..].to_vec())
 }
 
+#[test]
+fn a_bad_or_misplaced_lower_bound_is_refused_in_case_files_and_make_case() {
+    // SGLang's safe-gate fold case passes as written, and fails with its gate dropped (the
+    // metadata key is read, not ignored).
+    let safe = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/cases/sglang/kda_f32_safe.fold.safetensors");
+    let r = check(&safe);
+    assert!(r.stdout.starts_with("PASS "), "{}", r.text());
+    let good = std::fs::read(&safe).unwrap();
+    let (mut h, data) = split(&good);
+    h["__metadata__"].as_object_mut().unwrap().remove("lower_bound");
+    let p = tmp("safe_gate_dropped.safetensors");
+    std::fs::write(&p, join(&h, &data)).unwrap();
+    let r = check(&p);
+    assert!(r.stdout.starts_with("FAIL "), "{}", r.text());
+    // The library's rule, by key; a bound on a GDN case or on a precomputed gate.
+    for (file, value, says) in [
+        (safe.clone(), "2", "must be 0 (softplus gate) or finite and negative"),
+        (safe.clone(), "nan", "must be 0 (softplus gate) or finite and negative"),
+        (safe.clone(), "-inf", "must be 0 (softplus gate) or finite and negative"),
+        (shipped("gdn_bf16_raw"), "-5", "the safe gate is KDA's"),
+        (
+            shipped("kda_f32_precomputed"),
+            "-5",
+            "the safe gate is formed from a raw gate",
+        ),
+    ] {
+        let bytes = std::fs::read(&file).unwrap();
+        let p = tmp(&format!("lower_bound_{value}.safetensors"));
+        std::fs::write(&p, with_metadata(&bytes, "lower_bound", value)).unwrap();
+        check_refuses(&p, "metadata key 'lower_bound'");
+        assert!(check(&p).stdout.contains(says), "{value}: {}", check(&p).text());
+    }
+    // make-case refuses the same, writing nothing.
+    for (variant, value, says) in [
+        ("kda", "3", "lower_bound = 3, must be 0"),
+        ("kda", "0", "0 is the softplus gate"),
+        ("gdn", "-5", "the safe gate is KDA's"),
+    ] {
+        let out = tmp("never_lower_bound.safetensors");
+        let mut c = bin();
+        c.args(["make-case", "--atol", "1e-3", "--rtol", "1e-3", "--variant", variant])
+            .arg(format!("--lower-bound={value}"))
+            .arg("--out")
+            .arg(&out);
+        let r = run_limited(c, GIB, Duration::from_secs(60));
+        assert!(
+            r.clean_failure() && r.stderr.contains(says),
+            "{variant} {value}: {}",
+            r.text()
+        );
+        assert!(!out.exists(), "{variant} {value}: a file was written");
+    }
+}
+
 fn join(header: &serde_json::Value, data: &[u8]) -> Vec<u8> {
     let text = serde_json::to_vec(header).unwrap();
     let mut v = (text.len() as u64).to_le_bytes().to_vec();

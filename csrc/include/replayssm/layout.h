@@ -48,7 +48,7 @@ RSSM_ASSERT_OFFSET(rssm_token_params, a_stride, 104);
 RSSM_ASSERT_OFFSET(rssm_token_params, b_stride, 112);
 RSSM_ASSERT_OFFSET(rssm_token_params, o_stride, 120);
 RSSM_ASSERT_OFFSET(rssm_token_params, scale, 128);
-RSSM_ASSERT_OFFSET(rssm_token_params, reserved, 132);
+RSSM_ASSERT_OFFSET(rssm_token_params, lower_bound, 132);
 
 static_assert(sizeof(rssm_ring_params) == 40, "rssm_ring_params size changed");
 RSSM_ASSERT_OFFSET(rssm_ring_params, v, 0);

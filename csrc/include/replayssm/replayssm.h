@@ -142,7 +142,8 @@ typedef struct rssm_token_params {
   void *o;                /* [num_tokens, HV, V] act */
   int64_t q_stride, k_stride, v_stride, a_stride, b_stride, o_stride;
   float scale;            /* applied to q after normalisation (usually K^-0.5) */
-  int32_t reserved;
+  float lower_bound;      /* raw gate form: 0 = softplus, finite negative = the safe gate
+                             g = lower_bound * sigmoid(exp(A_log) (a + dt_bias)); 0 when precomputed */
 } rssm_token_params;
 
 /* Spec ring of num_layers x num_slots (design §2): the raw inputs of the last verify window,

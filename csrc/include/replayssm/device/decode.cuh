@@ -120,7 +120,7 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
     load_key(static_cast<const Act *>(p.tokens.q) + tok * p.tokens.q_stride + int64_t(h) * K + kc, p.base.qk_l2norm != 0, qh);
     RSSM_UNROLL
     for (int j = 0; j < EPL; ++j) qh[j] = qh[j] * p.tokens.scale;
-    const GateSource gate{p.tokens.a, p.tokens.b, p.tokens.A_log, p.tokens.dt_bias, p.tokens.g, p.tokens.beta, p.tokens.a_stride, p.tokens.b_stride, p.base.HV};
+    const GateSource gate = GateSource::of(p.tokens, p.base.HV);
     token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, beta);
     const Act *v = static_cast<const Act *>(p.tokens.v) + tok * p.tokens.v_stride + int64_t(hv) * p.base.V + row0;
     RSSM_UNROLL

@@ -7,11 +7,25 @@
 
 namespace rssm {
 
-// design §3 step 1: g = -exp(A_log) * softplus(a + dt_bias), softplus linear above 20.
-__device__ __forceinline__ float gate_log_decay(float a, float dt_bias, float A_log) {
+// design §3 step 1, x = a + dt_bias: the softplus gate g = -exp(A_log) * softplus(x), softplus
+// linear above 20; with SAFE_GATE and a nonzero (negative) lower_bound, the safe gate of Kimi's
+// KDA, g = lower_bound * sigmoid(exp(A_log) * x) = lower_bound / (1 + exp(-exp(A_log) x)). The two
+// forms share one expf so that KDA's hot loops carry one exp per channel, not two; GDN compiles
+// the softplus form alone (SAFE_GATE false), exactly as before the safe gate existed.
+template <bool SAFE_GATE>
+__device__ __forceinline__ float gate_log_decay(float a, float dt_bias, float A_log, float lower_bound) {
   const float x = a + dt_bias;
-  const float softplus = x <= 20.0f ? log1pf(expf(x)) : x;
-  return -expf(A_log) * softplus;
+  if constexpr (!SAFE_GATE) {
+    const float softplus = x <= 20.0f ? log1pf(expf(x)) : x;
+    return -expf(A_log) * softplus;
+  } else {
+    const float e = expf(A_log);
+    const bool safe = lower_bound != 0.0f;
+    const float t = expf(safe ? -(e * x) : x);
+    if (safe) return lower_bound * (1.0f / (1.0f + t));
+    const float softplus = x <= 20.0f ? log1pf(t) : x;
+    return -e * softplus;
+  }
 }
 
 // design §3 step 2.
@@ -51,13 +65,20 @@ __device__ __forceinline__ void load_key(const Act *__restrict__ lane_k, bool l2
 }
 
 // Where a kernel finds the gate of a token: raw inputs (a, b, A_log, dt_bias) or precomputed
-// g/beta (a == nullptr). Strides in elements per token.
+// g/beta (a == nullptr). Strides in elements per token. lower_bound: 0 = softplus gate, else
+// (negative, KDA only: checked on the host) the safe gate.
 struct GateSource {
   const void *a, *b;
   const float *A_log, *dt_bias, *g, *beta;
   int64_t a_stride, b_stride;
   int HV;
+  float lower_bound;
+
+  __device__ __forceinline__ static GateSource of(const rssm_token_params &t, int HV) {
+    return GateSource{t.a, t.b, t.A_log, t.dt_bias, t.g, t.beta, t.a_stride, t.b_stride, HV, t.lower_bound};
+  }
 };
+
 
 // Log decay g (one value, or this lane's EPL channels for KDA) and beta of token `tok`, value
 // head `hv` (design §3 steps 1-2). These exact values are what the spec ring stores.
@@ -71,10 +92,11 @@ __device__ __forceinline__ void token_gate(const GateSource &src, int64_t tok, i
     if constexpr (KDA) {
       RSSM_UNROLL
       for (int j = 0; j < EPL; ++j)
-        g[j] = gate_log_decay(to_float(a[tok * src.a_stride + int64_t(hv) * K + kc + j]),
-                              src.dt_bias[int64_t(hv) * K + kc + j], src.A_log[hv]);
+        g[j] = gate_log_decay<true>(to_float(a[tok * src.a_stride + int64_t(hv) * K + kc + j]),
+                                    src.dt_bias[int64_t(hv) * K + kc + j], src.A_log[hv], src.lower_bound);
     } else {
-      g[0] = gate_log_decay(to_float(a[tok * src.a_stride + hv]), src.dt_bias[hv], src.A_log[hv]);
+      // The safe gate is KDA's (refused for GDN on the host): GDN's loops keep one form.
+      g[0] = gate_log_decay<false>(to_float(a[tok * src.a_stride + hv]), src.dt_bias[hv], src.A_log[hv], 0.0f);
     }
     beta = gate_beta(to_float(b[tok * src.b_stride + hv]));
   } else {

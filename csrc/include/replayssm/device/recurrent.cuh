@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads) recurrent_kernel(const rs
   const Act *q = static_cast<const Act *>(p.tokens.q);
   const Act *k = static_cast<const Act *>(p.tokens.k);
   const Act *v = static_cast<const Act *>(p.tokens.v);
-  const GateSource gate{p.tokens.a, p.tokens.b, p.tokens.A_log, p.tokens.dt_bias, p.tokens.g, p.tokens.beta, p.tokens.a_stride, p.tokens.b_stride, p.base.HV};
+  const GateSource gate = GateSource::of(p.tokens, p.base.HV);
   for (int t = 0; t < eos - bos; ++t) {
     const int64_t tok = bos + t;
     float kh[EPL], qh[EPL];

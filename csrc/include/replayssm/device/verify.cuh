@@ -112,7 +112,7 @@ __device__ __forceinline__ void build_window(const rssm_verify_params &p, const 
   const bool ring = p.ring.v != nullptr;
   const Act *q = static_cast<const Act *>(p.tokens.q);
   const Act *k = static_cast<const Act *>(p.tokens.k);
-  const GateSource gate{p.tokens.a, p.tokens.b, p.tokens.A_log, p.tokens.dt_bias, p.tokens.g, p.tokens.beta, p.tokens.a_stride, p.tokens.b_stride, p.base.HV};
+  const GateSource gate = GateSource::of(p.tokens, p.base.HV);
 
   // Phase 1: per position (one warp each, round robin).
   for (int i = warp; i < r.len; i += RowTiling::kWarps) {
