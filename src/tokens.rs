@@ -49,12 +49,10 @@ impl GateForm {
     /// The form the C ABI's `lower_bound` field names: 0 (either sign) = softplus, else the
     /// safe gate's bound (refused unless finite and negative).
     pub fn from_lower_bound(lower_bound: f32) -> Result<Self> {
-        crate::checks::params::lower_bound(lower_bound)?;
-        Ok(if lower_bound == 0.0 {
-            GateForm::Softplus
-        } else {
-            GateForm::Bounded(LowerBound(lower_bound))
-        })
+        if lower_bound == 0.0 {
+            return Ok(GateForm::Softplus);
+        }
+        LowerBound::new(lower_bound).map(GateForm::Bounded)
     }
 
     /// The C ABI's `lower_bound` of this form (0 = softplus).
@@ -189,8 +187,14 @@ pub fn validate_tokens<M: Memory>(
     let gw = d.gate_width(inp.variant);
     match inp.gate {
         Gate::Raw {
-            a, b, a_log, dt_bias, ..
+            a,
+            b,
+            a_log,
+            dt_bias,
+            form,
         } => {
+            // Here too, so that the Reference backend (no launch params) refuses what the kernels do.
+            crate::checks::params::gate_form(form.lower_bound(), true, inp.variant == crate::problem::Variant::Kda)?;
             check_view("a", &a, n, d.hv * gw)?;
             check_view("b", &b, n, d.hv)?;
             check_dtype("a", a.dtype(), dtype)?;

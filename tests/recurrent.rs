@@ -131,23 +131,25 @@ fn the_safe_gate_matches_f64_and_is_the_gate_the_kernel_forms() {
     let n = data.num_tokens();
     let d = data.dims;
     let mut o = ActBuffer::nan(DType::F32, n * d.hv * d.v);
-    let err = replayssm::recurrent(
-        Backend::Emulated,
-        &data.inputs(),
-        &mut RecurrentOutputs {
-            o: o.dense_mut(n, d.hv * d.v),
-            state: &mut state,
-            write_state: true,
-            snapshots: None,
-        },
-    )
-    .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("lower_bound = -5 with variant GDN: the safe gate is KDA's"),
-        "{err}"
-    );
-    assert!(bits_equal(&state, &data.state).is_ok());
+    for backend in [Backend::Emulated, Backend::Reference] {
+        let err = replayssm::recurrent(
+            backend,
+            &data.inputs(),
+            &mut RecurrentOutputs {
+                o: o.dense_mut(n, d.hv * d.v),
+                state: &mut state,
+                write_state: true,
+                snapshots: None,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("lower_bound = -5 with variant GDN: the safe gate is KDA's"),
+            "{backend}: {err}"
+        );
+        assert!(bits_equal(&state, &data.state).is_ok(), "{backend}: state written");
+    }
 }
 
 #[test]

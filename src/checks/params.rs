@@ -91,6 +91,23 @@ pub fn lower_bound(lower_bound: f32) -> Check {
     )))
 }
 
+/// `lower_bound` against the gate it comes with: [`lower_bound`]'s rule, and a safe gate only
+/// on a raw gate (`raw`) of KDA (`kda`; GDN's kernels compile the softplus form alone).
+pub fn gate_form(lower_bound_value: f32, raw: bool, kda: bool) -> Check {
+    lower_bound(lower_bound_value)?;
+    if lower_bound_value != 0.0 && !kda {
+        return Err(unsupported(format!(
+            "lower_bound = {lower_bound_value} with variant GDN: the safe gate is KDA's (Kimi); GDN's gate is softplus"
+        )));
+    }
+    if !raw && lower_bound_value != 0.0 {
+        return Err(bad(format!(
+            "lower_bound = {lower_bound_value}: the safe gate is formed from the raw gate; with a precomputed gate (g, beta) it must be 0"
+        )));
+    }
+    Ok(())
+}
+
 /// `layer` is a layer of a pool of `num_layers` layers.
 pub fn layer(layer: i64, num_layers: i64) -> Check {
     in_range(layer, 0, num_layers - 1, "layer")
@@ -203,19 +220,7 @@ fn tokens(b: &ffi::rssm_base_params, t: &ffi::rssm_token_params, rows: i32) -> C
         nonnull(t.g, "g (precomputed gate)")?;
         nonnull(t.beta, "beta (precomputed gate)")?;
     }
-    lower_bound(t.lower_bound)?;
-    if t.lower_bound != 0.0 && b.variant != 1 {
-        return Err(unsupported(format!(
-            "lower_bound = {} with variant GDN: the safe gate is KDA's (Kimi); GDN's gate is softplus",
-            t.lower_bound
-        )));
-    }
-    if !raw && t.lower_bound != 0.0 {
-        return Err(bad(format!(
-            "lower_bound = {}: the safe gate is formed from the raw gate; with a precomputed gate (g, beta) it must be 0",
-            t.lower_bound
-        )));
-    }
+    gate_form(t.lower_bound, raw, b.variant == 1)?;
     let (h, hv, k, v) = (b.H as i64, b.HV as i64, b.K as i64, b.V as i64);
     at_least(t.q_stride, h * k, "q_stride (elements per token, at least H*K)")?;
     at_least(t.k_stride, h * k, "k_stride (elements per token, at least H*K)")?;
