@@ -92,7 +92,7 @@ pub use state::decode_ring::{DecodeRing, DecodeStep, ForceFlush};
 pub use state::deferred_ring::DeferredRing;
 pub use state::pool::{CheckpointPool, PoolShape};
 pub use state::spec_ring::{RingShape, SpecRing};
-pub use tokens::{Gate, GateForm, LowerBound, RecurrentInputs};
+pub use tokens::{Gate, GateForm, LowerBound, RawGate, RecurrentInputs};
 
 // The paths of earlier releases, kept as re-exports (those of kernels R and D, `recurrent` and
 // `decode`, are gone: the root's functions have their names; use `kernels::recurrent`,

@@ -5,7 +5,7 @@
 
 use crate::problem::{HeadDims, Variant};
 use crate::tokens::RecurrentInputs;
-use crate::tokens::{Gate, GateForm};
+use crate::tokens::{Gate, GateForm, RawGate};
 
 /// The float type a reference runs in.
 pub trait Real:
@@ -158,13 +158,13 @@ pub struct RecurrentResult<R> {
 pub fn gate_at<R: Real>(gate: &Gate<'_>, variant: Variant, dims: &HeadDims, tok: usize, hv: usize) -> (Vec<R>, R) {
     let gw = dims.gate_width(variant);
     match gate {
-        Gate::Raw {
+        Gate::Raw(RawGate {
             a,
             b,
             a_log,
             dt_bias,
             form,
-        } => {
+        }) => {
             let g = (0..gw)
                 .map(|j| {
                     log_decay(

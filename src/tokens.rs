@@ -6,9 +6,11 @@ use crate::backend::Backend;
 use crate::checks::{
     check_batch, check_count, check_dtype, check_kernel_head_dim, check_len, check_seqlens, check_slots, check_view,
 };
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::memory::{ActLayout, ActLayoutMut, Device, Host, Memory, SeqlensRef, SliceRef};
+use crate::problem::{HeadDims, Variant};
 use crate::runtime::launch::Exec;
 
 /// The safe gate's bound: finite and negative, so every `g` lies in `[bound, 0]`.
@@ -64,21 +66,55 @@ impl GateForm {
     }
 }
 
-/// The gate of every token: raw inputs (design §3 steps 1-2 run in-kernel) or precomputed g/beta.
+/// The raw gate inputs of every token: `g` and `beta` are formed in-kernel (design §3 steps 1-2).
+#[derive(Clone, Copy, Debug)]
+pub struct RawGate<'a, M: Memory = Host> {
+    /// `[N, HV]` (KDA: `[N, HV, K]`), act dtype.
+    pub a: M::View<'a>,
+    /// `[N, HV]`, act dtype.
+    pub b: M::View<'a>,
+    /// `[HV]`.
+    pub a_log: M::Slice<'a, f32>,
+    /// `[HV]` (KDA: `[HV, K]`).
+    pub dt_bias: M::Slice<'a, f32>,
+    /// How `g` is formed from them.
+    pub form: GateForm,
+}
+
+impl<M: Memory> RawGate<'_, M> {
+    /// Shapes and dtypes against `n` tokens of `dtype`, and the form against the variant (here
+    /// too, so that the Reference backend, which builds no launch params, refuses what the
+    /// kernels do).
+    fn check(&self, n: usize, d: &HeadDims, variant: Variant, dtype: DType) -> Result<()> {
+        crate::checks::params::gate_form(self.form.lower_bound(), true, variant == Variant::Kda)?;
+        let gw = d.gate_width(variant);
+        check_view("a", &self.a, n, d.hv * gw)?;
+        check_view("b", &self.b, n, d.hv)?;
+        check_dtype("a", self.a.dtype(), dtype)?;
+        check_dtype("b", self.b.dtype(), dtype)?;
+        check_len("A_log", self.a_log.len(), d.hv, || format!("[HV={}]", d.hv))?;
+        check_len("dt_bias", self.dt_bias.len(), d.hv * gw, || {
+            format!("[HV={}, {gw}]", d.hv)
+        })
+    }
+
+    /// The gate fields of the token params, each pointer checked to be reachable by the launch.
+    fn fill(&self, exec: &Exec, t: &mut ffi::rssm_token_params) -> Result<()> {
+        t.lower_bound = self.form.lower_bound();
+        t.a = exec.view("a", &self.a)?.cast();
+        t.b = exec.view("b", &self.b)?.cast();
+        t.A_log = exec.slice("A_log", &self.a_log)?;
+        t.dt_bias = exec.slice("dt_bias", &self.dt_bias)?;
+        t.a_stride = self.a.layout().3 as i64;
+        t.b_stride = self.b.layout().3 as i64;
+        Ok(())
+    }
+}
+
+/// The gate of every token: raw inputs or precomputed g/beta.
 #[derive(Clone, Copy, Debug)]
 pub enum Gate<'a, M: Memory = Host> {
-    Raw {
-        /// `[N, HV]` (KDA: `[N, HV, K]`), act dtype.
-        a: M::View<'a>,
-        /// `[N, HV]`, act dtype.
-        b: M::View<'a>,
-        /// `[HV]`.
-        a_log: M::Slice<'a, f32>,
-        /// `[HV]` (KDA: `[HV, K]`).
-        dt_bias: M::Slice<'a, f32>,
-        /// How `g` is formed from them.
-        form: GateForm,
-    },
+    Raw(RawGate<'a, M>),
     Precomputed {
         /// `[N, HV]` (KDA: `[N, HV, K]`), log decay.
         g: M::Slice<'a, f32>,
@@ -97,19 +133,13 @@ macro_rules! shorten_gate {
                 'a: 's,
             {
                 match self {
-                    Gate::Raw {
-                        a,
-                        b,
-                        a_log,
-                        dt_bias,
-                        form,
-                    } => Gate::Raw {
-                        a,
-                        b,
-                        a_log,
-                        dt_bias,
-                        form,
-                    },
+                    Gate::Raw(r) => Gate::Raw(RawGate {
+                        a: r.a,
+                        b: r.b,
+                        a_log: r.a_log,
+                        dt_bias: r.dt_bias,
+                        form: r.form,
+                    }),
                     Gate::Precomputed { g, beta } => Gate::Precomputed { g, beta },
                 }
             }
@@ -184,25 +214,10 @@ pub fn validate_tokens<M: Memory>(
     check_dtype("k", inp.k.dtype(), dtype)?;
     check_dtype("v", inp.v.dtype(), dtype)?;
     check_dtype("o", o.dtype(), dtype)?;
-    let gw = d.gate_width(inp.variant);
     match inp.gate {
-        Gate::Raw {
-            a,
-            b,
-            a_log,
-            dt_bias,
-            form,
-        } => {
-            // Here too, so that the Reference backend (no launch params) refuses what the kernels do.
-            crate::checks::params::gate_form(form.lower_bound(), true, inp.variant == crate::problem::Variant::Kda)?;
-            check_view("a", &a, n, d.hv * gw)?;
-            check_view("b", &b, n, d.hv)?;
-            check_dtype("a", a.dtype(), dtype)?;
-            check_dtype("b", b.dtype(), dtype)?;
-            check_len("A_log", a_log.len(), d.hv, || format!("[HV={}]", d.hv))?;
-            check_len("dt_bias", dt_bias.len(), d.hv * gw, || format!("[HV={}, {gw}]", d.hv))?;
-        }
+        Gate::Raw(raw) => raw.check(n, &d, inp.variant, dtype)?,
         Gate::Precomputed { g, beta } => {
+            let gw = d.gate_width(inp.variant);
             check_len("g", g.len(), n * d.hv * gw, || format!("[N={n}, HV={}, {gw}]", d.hv))?;
             check_len("beta", beta.len(), n * d.hv, || format!("[N={n}, HV={}]", d.hv))?;
         }
@@ -268,21 +283,7 @@ pub(crate) fn token_params<M: Memory>(
         ..Default::default()
     };
     match inp.gate {
-        Gate::Raw {
-            a,
-            b,
-            a_log,
-            dt_bias,
-            form,
-        } => {
-            t.lower_bound = form.lower_bound();
-            t.a = exec.view("a", &a)?.cast();
-            t.b = exec.view("b", &b)?.cast();
-            t.A_log = exec.slice("A_log", &a_log)?;
-            t.dt_bias = exec.slice("dt_bias", &dt_bias)?;
-            t.a_stride = a.layout().3 as i64;
-            t.b_stride = b.layout().3 as i64;
-        }
+        Gate::Raw(raw) => raw.fill(exec, &mut t)?,
         Gate::Precomputed { g, beta } => {
             t.g = exec.slice("g", &g)?;
             t.beta = exec.slice("beta", &beta)?;

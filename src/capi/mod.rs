@@ -131,6 +131,19 @@ const _: () = {
     assert!(REPLAYSSM_MAX_V as u32 == crate::ffi::RSSM_MAX_V);
     assert!(REPLAYSSM_MAX_CACHE_LEN as u32 == crate::ffi::RSSM_MAX_CACHE_LEN);
     assert!(REPLAYSSM_HEAD_DIMS_MASK == crate::ffi::RSSM_HEAD_DIMS_MASK);
+    // The public enums pass through as int32 into the kernel layer's params: same values.
+    use crate::ffi as k;
+    assert!(replayssm_dtype::REPLAYSSM_DTYPE_F32 as u32 == k::rssm_dtype_RSSM_DTYPE_F32);
+    assert!(replayssm_dtype::REPLAYSSM_DTYPE_F16 as u32 == k::rssm_dtype_RSSM_DTYPE_F16);
+    assert!(replayssm_dtype::REPLAYSSM_DTYPE_BF16 as u32 == k::rssm_dtype_RSSM_DTYPE_BF16);
+    assert!(replayssm_variant::REPLAYSSM_VARIANT_GDN as u32 == k::rssm_variant_RSSM_VARIANT_GDN);
+    assert!(replayssm_variant::REPLAYSSM_VARIANT_KDA as u32 == k::rssm_variant_RSSM_VARIANT_KDA);
+    assert!(replayssm_cursor_op::REPLAYSSM_CURSOR_SNAPSHOT as u32 == k::rssm_cursor_op_RSSM_CURSOR_SNAPSHOT);
+    assert!(replayssm_cursor_op::REPLAYSSM_CURSOR_ADVANCE as u32 == k::rssm_cursor_op_RSSM_CURSOR_ADVANCE);
+    assert!(replayssm_cursor_op::REPLAYSSM_CURSOR_RESET as u32 == k::rssm_cursor_op_RSSM_CURSOR_RESET);
+    assert!(replayssm_defer_op::REPLAYSSM_DEFER_COMMIT as u32 == k::rssm_defer_op_RSSM_DEFER_COMMIT);
+    assert!(replayssm_defer_op::REPLAYSSM_DEFER_GATHER as u32 == k::rssm_defer_op_RSSM_DEFER_GATHER);
+    assert!(replayssm_defer_op::REPLAYSSM_DEFER_RESET as u32 == k::rssm_defer_op_RSSM_DEFER_RESET);
 };
 
 /// A refused call: its status, its message and, for CUDA failures, the cudaError_t.

@@ -24,25 +24,22 @@ use crate::kernels::fold::{fold_commit, DeviceAccepted};
 use crate::kernels::replay::{replay_reference, Commit, Track};
 use crate::kernels::tree::{AcceptedPaths, DraftTree};
 use crate::kernels::verify::{validate_verify, verify_params, verify_reference, write_ring_reference_at, VerifyPlan};
-use crate::memory::{ActLayout, Device, DeviceActViewMut, DeviceSlice, DeviceSliceMut, Memory, SliceRef, Stream};
+use crate::memory::{Device, DeviceActViewMut, DeviceSlice, DeviceSliceMut, Memory, SliceRef, Stream};
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::deferred_ring::DeferredRing;
 use crate::state::pool::CheckpointPool;
 use crate::tokens::RecurrentInputs;
 
-/// Checks a VF launch: V's checks against the two-window ring, the draft window within one half
-/// (T <= W), the ring attached to this pool, the track arrays' lengths.
-pub fn validate_verify_fold<M: Memory>(
-    backend: Backend,
-    inp: &RecurrentInputs<'_, M>,
+/// VF's checks beyond V's (`validate_verify` against the two-window `dring.ring`, which the
+/// caller runs first and whose plan this takes): the ring attached to this pool, the draft
+/// window within one half (T <= W), the track arrays' lengths.
+pub fn check_verify_fold<M: Memory>(
+    plan: &VerifyPlan,
     pool: &CheckpointPool<M>,
-    layer: usize,
-    o: &impl ActLayout,
     dring: &DeferredRing<M>,
     track: Option<&Track<'_, M>>,
-) -> Result<VerifyPlan> {
+) -> Result<()> {
     dring.check_pool(pool)?;
-    let plan = validate_verify(backend, inp, pool, layer, o, Some(&dring.ring))?;
     if plan.max_seqlen > dring.window() {
         return Err(Error::InvalidValue {
             what: "verify window",
@@ -57,7 +54,7 @@ pub fn validate_verify_fold<M: Memory>(
         check_count("track_slots", t.slots.len(), plan.batch, "one per request")?;
         check_count("track_steps", t.steps.len(), plan.batch, "one per request")?;
     }
-    Ok(plan)
+    Ok(())
 }
 
 /// Each row's pending records as F's path commit: lengths and `[B, W]` ring positions.
@@ -91,7 +88,8 @@ pub fn verify_fold(
     if let Some(t) = tree {
         t.check_matches(inp.cu_seqlens)?;
     }
-    let plan = validate_verify_fold(backend, inp, pool, layer, o, dring, track.as_ref())?;
+    let plan = validate_verify(backend, inp, pool, layer, o, Some(&dring.ring))?;
+    check_verify_fold(&plan, pool, dring, track.as_ref())?;
     match backend {
         Backend::Reference => {
             let slots: &[i32] = inp.slots;
@@ -143,7 +141,8 @@ impl Stream {
         dring: &mut DeferredRing<Device>,
         track: Option<Track<'_, Device>>,
     ) -> Result<VerifyPlan> {
-        let plan = validate_verify_fold(self.backend(), inp, pool, layer, o, dring, track.as_ref())?;
+        let plan = validate_verify(self.backend(), inp, pool, layer, o, Some(&dring.ring))?;
+        check_verify_fold(&plan, pool, dring, track.as_ref())?;
         if let Some(p) = &parent {
             check_count("parent", p.len(), plan.num_tokens, "one per token")?;
         }

@@ -14,7 +14,7 @@ use replayssm::memory::{DeviceAct, DeviceActView, DeviceSeqlens, DeviceVec, Stre
 use replayssm::DeviceAccepted;
 use replayssm::{
     Accepted, Backend, CheckpointPool, DecodeInputs, DecodeRing, DecodeStep, DeferredRing, Device, DraftTree, Gate,
-    GateForm, RecurrentInputs, Result, SpecRing, Track,
+    GateForm, RawGate, RecurrentInputs, Result, SpecRing, Track,
 };
 
 /// The stream of one staged call and its uploads.
@@ -70,13 +70,13 @@ fn act_up(stream: &Stream, v: &ActView<'_>) -> Result<(DeviceAct, Layout)> {
 
 fn gate_up(stream: &Stream, gate: &Gate<'_>) -> Result<GateUp> {
     Ok(match *gate {
-        Gate::Raw {
+        Gate::Raw(RawGate {
             a,
             b,
             a_log,
             dt_bias,
             form,
-        } => GateUp::Raw {
+        }) => GateUp::Raw {
             a: act_up(stream, &a)?,
             b: act_up(stream, &b)?,
             a_log: DeviceVec::from_host(stream, a_log)?,
@@ -137,13 +137,13 @@ fn gate_view(g: &GateUp) -> Gate<'_, Device> {
             a_log,
             dt_bias,
             form,
-        } => Gate::Raw {
+        } => Gate::Raw(RawGate {
             a: view(&a.0, a.1),
             b: view(&b.0, b.1),
             a_log: a_log.as_slice(),
             dt_bias: dt_bias.as_slice(),
             form: *form,
-        },
+        }),
         GateUp::Precomputed { g, beta } => Gate::Precomputed {
             g: g.as_slice(),
             beta: beta.as_slice(),
@@ -293,7 +293,8 @@ pub fn verify_fold(
     if backend != Backend::Cuda {
         return replayssm::verify_fold(backend, inp, None, pool, layer, o, dring, track);
     }
-    replayssm::kernels::verify_fold::validate_verify_fold(backend, inp, pool, layer, o, dring, track.as_ref())?;
+    let plan = replayssm::kernels::verify::validate_verify(backend, inp, pool, layer, o, Some(dring.ring()))?;
+    replayssm::kernels::verify_fold::check_verify_fold(&plan, pool, dring, track.as_ref())?;
     let up = Up::new()?;
     let t = up.tokens(inp)?;
     let mut dpool = pool.to_device(&up.stream)?;

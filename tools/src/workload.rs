@@ -9,7 +9,7 @@ use replayssm::kernels::decode::DecodeInputs;
 use replayssm::kernels::recurrent::default_scale;
 use replayssm::problem::{HeadDims, Variant};
 use replayssm::tokens::RecurrentInputs;
-use replayssm::tokens::{Gate, GateForm};
+use replayssm::tokens::{Gate, GateForm, RawGate};
 use replayssm::tree::DraftTree;
 
 /// Owned gate inputs.
@@ -177,13 +177,13 @@ impl RecurrentData {
                 a_log,
                 dt_bias,
                 form,
-            } => Gate::Raw {
+            } => Gate::Raw(RawGate {
                 a: a.dense(n, d.hv * gw),
                 b: b.dense(n, d.hv),
                 a_log,
                 dt_bias,
                 form: *form,
-            },
+            }),
             GateData::Precomputed { g, beta } => Gate::Precomputed { g, beta },
         }
     }
