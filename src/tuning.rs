@@ -57,12 +57,14 @@ impl fmt::Display for Kernel {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Impl {
-    /// V: one block per 16 rows; F, P: records read in the step loop; the only one of D.
+    /// V: one block per 16 rows; F, P: records read in the step loop; D: token inputs after the
+    /// pending records.
     Default,
     /// V, VF: window built once per block, state streamed over `block_rows` rows (VF: each row
     /// folded with F's operations before its verify).
     Staged,
-    /// F, P: the request's records staged in shared memory before the step loop.
+    /// F, P: the request's records staged in shared memory before the step loop; D: token inputs
+    /// issued before the pending records.
     Prefetch,
 }
 

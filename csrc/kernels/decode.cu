@@ -9,13 +9,14 @@ struct LaunchDecode {
   void *stream;
   bool materialize;
   template <int EPL, class Act, bool KDA> int operator()() const {
+    constexpr int rows = rssm::ReplayTiling<EPL>::kRowsPerBlock;
     if (materialize) {
-      const dim3 grid = rssm::row_grid(p.base, rssm::RowTiling::kRowsPerBlock, p.base.num_layers);
+      const dim3 grid = rssm::row_grid(p.base, rows, p.base.num_layers);
       return rssm::launch_rows(&rssm::decode_materialize_kernel<EPL, KDA>, grid, 0, stream, p);
     }
     const auto kernel = p.base.impl == RSSM_IMPL_PREFETCH ? &rssm::decode_prefetch_kernel<EPL, Act, KDA>
                                                           : &rssm::decode_kernel<EPL, Act, KDA>;
-    return rssm::launch_rows(kernel, rssm::row_grid(p.base), 0, stream, p);
+    return rssm::launch_rows(kernel, rssm::row_grid(p.base, rows), 0, stream, p);
   }
 };
 

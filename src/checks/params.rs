@@ -360,8 +360,9 @@ fn state_pitches(slot_stride: i64, layer_stride: i64, nl: i32, ns: i32, hv: i32,
     Ok(())
 }
 
-/// F and materialise put (layer, 16-row tile) in gridDim.x: at most 2^31 - 1 blocks (the batch
-/// is in gridDim.z, bounded by `batch`'s own check).
+/// F and materialise put (layer, row tile) in gridDim.x: at most 2^31 - 1 blocks (the batch is
+/// in gridDim.z, bounded by `batch`'s own check). Counted with the narrowest tile, 16 rows (F's
+/// prefetch implementation), so the bound holds for every implementation.
 fn layer_grid(v: i32, num_layers: i32) -> Check {
     let blocks = (v as i64 + 15) / 16 * num_layers as i64;
     if blocks > i32::MAX as i64 {

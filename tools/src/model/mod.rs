@@ -88,7 +88,8 @@ pub struct Kernel {
     /// The compiled family, and the last template argument where it names the implementation.
     pub family: &'static str,
     pub prefetch_arg: Option<bool>,
-    /// Rows of one head a block owns: 16, or the whole head (0).
+    /// Rows of one head a block owns at K = 128: 16, 32 (`ReplayTiling`: F and P default, D), or the
+    /// whole head (0).
     pub rows: usize,
     /// Whether it writes the state it reads.
     pub writes: bool,
@@ -136,7 +137,7 @@ pub const KERNELS: [Kernel; 13] = [
         "default",
         "fold_kernel",
         Some(false),
-        16,
+        32,
         true,
         RepeatsRule::PerPosition,
     ),
@@ -154,7 +155,7 @@ pub const KERNELS: [Kernel; 13] = [
         "default",
         "replay_kernel",
         Some(false),
-        16,
+        32,
         true,
         RepeatsRule::PerPosition,
     ),
@@ -190,7 +191,7 @@ pub const KERNELS: [Kernel; 13] = [
         "default",
         "decode_kernel",
         None,
-        16,
+        32,
         false,
         RepeatsRule::HalfCache,
     ),
@@ -199,7 +200,7 @@ pub const KERNELS: [Kernel; 13] = [
         "prefetch",
         "decode_prefetch_kernel",
         None,
-        16,
+        32,
         false,
         RepeatsRule::HalfCache,
     ),
@@ -208,7 +209,7 @@ pub const KERNELS: [Kernel; 13] = [
         "default",
         "decode_kernel",
         None,
-        16,
+        32,
         true,
         RepeatsRule::PerPosition,
     ),
@@ -217,7 +218,7 @@ pub const KERNELS: [Kernel; 13] = [
         "prefetch",
         "decode_prefetch_kernel",
         None,
-        16,
+        32,
         true,
         RepeatsRule::PerPosition,
     ),

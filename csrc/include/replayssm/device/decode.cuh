@@ -64,10 +64,10 @@ __device__ __forceinline__ void replay_pending(const DecodeGeometry &geo, int la
 template <int EPL, class Act, bool KDA, bool PREFETCH>
 __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   constexpr int K = kWarpSize * EPL;
-  constexpr int ROWS = RowTiling::kRows;
+  constexpr int ROWS = ReplayTiling<EPL>::kRows;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int hv = blockIdx.y, b = blockIdx.z;
-  const int row0 = (blockIdx.x * RowTiling::kWarps + warp) * ROWS;
+  const int row0 = (blockIdx.x * ReplayTiling<EPL>::kWarps + warp) * ROWS;
   if (row0 >= p.base.V) return;  // a whole warp past the last row: no collective needs it
   // The duplicate scan (a live slot shared with another row: both rows are skipped, their state
   // and ring writes would race) comes first, while little else is live: placed after the other
@@ -177,14 +177,15 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_prefetch_kernel
 // dtype: it reads only f32 buffers.)
 template <int EPL, bool KDA>
 __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_materialize_kernel(const rssm_decode_params p) {
+  using Tiling = ReplayTiling<EPL>;
   constexpr int K = kWarpSize * EPL;
-  constexpr int ROWS = RowTiling::kRows;
+  constexpr int ROWS = Tiling::kRows;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   // Grid as kernel F's: x = (layer, row tile), y = value head, z = request.
-  const int tiles = (p.base.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock;
+  const int tiles = (p.base.V + Tiling::kRowsPerBlock - 1) / Tiling::kRowsPerBlock;
   const int tile = int(blockIdx.x % unsigned(tiles)), layer = int(blockIdx.x / unsigned(tiles));
   const int hv = blockIdx.y, b = blockIdx.z;
-  const int row0 = (tile * RowTiling::kWarps + warp) * ROWS;
+  const int row0 = (tile * Tiling::kWarps + warp) * ROWS;
   if (row0 >= p.base.V) return;
   const int slot = p.base.slots[b];
   const bool reporter = row0 == 0 && lane == 0 && hv == 0 && layer == 0;

@@ -11,11 +11,12 @@ namespace rssm {
 // blocks, so any batch up to RSSM_MAX_BATCH runs at any layer count.
 template <int EPL, class Act, bool KDA, bool PREFETCH>
 __global__ void __launch_bounds__(RowTiling::kThreads, 1) fold_kernel(const rssm_fold_params p) {
+  using Tiling = ReplayTilingOf<EPL, PREFETCH>;
   const int warp = threadIdx.x / kWarpSize;
-  const int tiles = (p.base.V + RowTiling::kRowsPerBlock - 1) / RowTiling::kRowsPerBlock;
+  const int tiles = (p.base.V + Tiling::kRowsPerBlock - 1) / Tiling::kRowsPerBlock;
   const int tile = int(blockIdx.x % unsigned(tiles)), layer = int(blockIdx.x / unsigned(tiles));
   // (PREFETCH keeps every warp: its records are staged behind a block barrier.)
-  if (!PREFETCH && (tile * RowTiling::kWarps + warp) * RowTiling::kRows >= p.base.V) return;
+  if (!PREFETCH && (tile * Tiling::kWarps + warp) * Tiling::kRows >= p.base.V) return;
   const RingGeometry geo = ring_geometry(p.base, p.ring);
   const int b = blockIdx.z;
   const bool reporter = tile == 0 && blockIdx.y == 0 && threadIdx.x == 0 && layer == 0;

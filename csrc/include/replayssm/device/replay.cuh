@@ -5,12 +5,18 @@
 // committed state is bit-identical to R's after the same tokens (for FT: the tokens along the path).
 #pragma once
 
+#include <type_traits>
+
 #include "replayssm/device/delta_rule.cuh"
 #include "replayssm/device/tiling.cuh"
 #include "replayssm/replayssm.h"
 #include "replayssm/smem.h"
 
 namespace rssm {
+
+// The tiling of P's and F's implementation PREFETCH selects.
+template <int EPL, bool PREFETCH>
+using ReplayTilingOf = typename std::conditional<PREFETCH, RowTiling, ReplayTiling<EPL>>::type;
 
 // Pool and ring geometry of a replay (from P's or F's params).
 struct RingGeometry {
@@ -29,12 +35,12 @@ __device__ __forceinline__ RingGeometry ring_geometry(const rssm_base_params &b,
                       b.H,     b.HV,  b.K,   b.V,  b.qk_l2norm != 0,          b.state_slot_stride, b.state_layer_stride};
 }
 
-// One warp's view of a replay: its rows of the checkpoint (and of a track slot) and the slot's
-// ring records, addressed once for both implementations of the replay. `tile` is the block's
-// 16-row tile of value head blockIdx.y.
-template <int EPL, class Act, bool KDA> struct ReplayRows {
+// One warp's view of a replay: its ROWS rows of the checkpoint (and of a track slot) and the
+// slot's ring records, addressed once for both implementations of the replay. `tile` is the
+// block's tile (4 warps of ROWS rows) of value head blockIdx.y.
+template <int EPL, class Act, bool KDA, int ROWS_PER_WARP = RowTiling::kRows> struct ReplayRows {
   static constexpr int K = kWarpSize * EPL;
-  static constexpr int ROWS = RowTiling::kRows;
+  static constexpr int ROWS = ROWS_PER_WARP;
   int block_row0, row0, kc, V;
   bool row_ok[ROWS];
   bool l2norm;
@@ -46,7 +52,7 @@ template <int EPL, class Act, bool KDA> struct ReplayRows {
   __device__ __forceinline__ ReplayRows(const RingGeometry &geo, int tile, int layer, int slot, int track_slot) {
     const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
     const int hv = blockIdx.y, h = hv / (geo.HV / geo.H);
-    block_row0 = tile * RowTiling::kRowsPerBlock;
+    block_row0 = tile * RowTiling::kWarps * ROWS;
     row0 = block_row0 + warp * ROWS;
     kc = lane * EPL;
     V = geo.V;
@@ -89,10 +95,10 @@ template <int EPL, class Act, bool KDA> struct ReplayRows {
 };
 
 // The step loop of replay_slot on state rows already in registers (VF keeps them for its verify).
-template <int EPL, class Act, bool KDA>
-__device__ __forceinline__ void replay_steps(const ReplayRows<EPL, Act, KDA> &w, int n, int track_step,
-                                             const int32_t *path, float (&s)[RowTiling::kRows][EPL]) {
-  constexpr int K = ReplayRows<EPL, Act, KDA>::K, ROWS = RowTiling::kRows;
+template <int EPL, class Act, bool KDA, int ROWS>
+__device__ __forceinline__ void replay_steps(const ReplayRows<EPL, Act, KDA, ROWS> &w, int n, int track_step,
+                                             const int32_t *path, float (&s)[ROWS][EPL]) {
+  constexpr int K = ReplayRows<EPL, Act, KDA, ROWS>::K;
   const int my_rows = w.row0 - w.block_row0;
   for (int step = 0; step < n; ++step) {
     const int t = path ? path[step] : step;  // ring position of this step's record
@@ -113,7 +119,7 @@ __device__ __forceinline__ void replay_steps(const ReplayRows<EPL, Act, KDA> &w,
 template <int EPL, class Act, bool KDA>
 __device__ __forceinline__ void replay_slot(const RingGeometry &geo, int tile, int layer, int slot, int n,
                                             int track_slot, int track_step, const int32_t *path = nullptr) {
-  using Rows = ReplayRows<EPL, Act, KDA>;
+  using Rows = ReplayRows<EPL, Act, KDA, ReplayTiling<EPL>::kRows>;
   constexpr int K = Rows::K, ROWS = Rows::ROWS;
   const Rows w(geo, tile, layer, slot, track_slot);
   float s[ROWS][EPL];
@@ -254,9 +260,10 @@ __device__ __forceinline__ int checked_track(const int32_t *slots, const int32_t
 // replay_kernel<8, float, false>; tests/resources.rs guards it.)
 template <int EPL, class Act, bool KDA, bool PREFETCH>
 __global__ void __launch_bounds__(RowTiling::kThreads, 1) replay_kernel(const rssm_replay_params p) {
+  using Tiling = ReplayTilingOf<EPL, PREFETCH>;
   const int warp = threadIdx.x / kWarpSize;
   // (PREFETCH keeps every warp: its records are staged behind a block barrier.)
-  if (!PREFETCH && int((blockIdx.x * RowTiling::kWarps + warp) * RowTiling::kRows) >= p.base.V) return;
+  if (!PREFETCH && int((blockIdx.x * Tiling::kWarps + warp) * Tiling::kRows) >= p.base.V) return;
   const RingGeometry geo = ring_geometry(p.base, p.ring);
   const int b = blockIdx.z;
   const int slot = p.base.slots[b], n = p.counts[b];

@@ -15,6 +15,19 @@ struct RowTiling {
   static constexpr int kRowsPerBlock = kWarps * kRows;
 };
 
+// The tiling of the kernels that replay records into state rows, P and F (default
+// implementation) and D: 8 state rows per warp where they fit the registers (K <= 128), so that
+// each record's per-warp work (the key load, normalisation where asked, the gate, beta, the
+// addresses) is spread over twice RowTiling's state; RowTiling's 4 at K = 256. P's and F's
+// prefetch implementation keeps RowTiling (its staged v tile is 16 rows). Per row the float
+// operations are the same whatever the rows per warp, so the bits are too.
+template <int EPL> struct ReplayTiling {
+  static constexpr int kWarps = RowTiling::kWarps;
+  static constexpr int kRows = EPL >= 8 ? RowTiling::kRows : 2 * RowTiling::kRows;
+  static constexpr int kThreads = RowTiling::kThreads;
+  static constexpr int kRowsPerBlock = kWarps * kRows;
+};
+
 // Where a thread of a row-tiled block works: its lane, and its warp's first state row in row
 // tile `tile` (of its value head).
 struct WarpRows {
