@@ -84,11 +84,52 @@ template <class Act> __device__ __forceinline__ void store_act16(Act *p, const f
 // Butterfly sum of N independent values across the warp. Every lane ends with the same bits
 // (float addition is commutative), and the tree is fixed: the fold, the replay and the recurrent
 // kernel all reduce through here, which is what makes their states bit-identical.
-template <int N> __device__ __forceinline__ void warp_sum(float (&x)[N]) {
-  RSSM_UNROLL
-  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+//
+// For N = 2^m values (2 <= N <= 32) the first m levels reduce-scatter: at offset o a lane keeps
+// the half of its values its lane bit o selects and adds the partner's copy of that half, so
+// after m levels it holds one value's partial sum, and the remaining levels and a broadcast of
+// each value from the lane holding it finish. Each partial sum is the butterfly's (the same two
+// operands at every level: a lane and its partner share the bits that chose the half), so the
+// result is the full butterfly's bit for bit, in N - 1 + 5 - m additions and exchanges plus N
+// broadcasts instead of 5 N of each (at N = 8: 9 additions and 17 shuffles instead of 40 and 40).
+// The reduce-scatter levels of warp_sum from offset OFFSET on, N values still held (at the front
+// of x), then the full butterfly's remaining levels on the one left.
+template <int N, int OFFSET, int TOTAL> __device__ __forceinline__ void warp_scatter(float (&x)[TOTAL], int lane) {
+  if constexpr (N > 1) {
+    const bool upper = (lane & OFFSET) != 0;
     RSSM_UNROLL
-    for (int i = 0; i < N; ++i) x[i] += __shfl_xor_sync(kFullMask, x[i], offset);
+    for (int i = 0; i < N / 2; ++i) {
+      const float keep = upper ? x[i + N / 2] : x[i];
+      const float give = upper ? x[i] : x[i + N / 2];
+      x[i] = keep + __shfl_xor_sync(kFullMask, give, OFFSET);
+    }
+    warp_scatter<N / 2, OFFSET / 2>(x, lane);
+  } else {
+    RSSM_UNROLL
+    for (int offset = OFFSET; offset > 0; offset >>= 1) x[0] += __shfl_xor_sync(kFullMask, x[0], offset);
+  }
+}
+
+template <int N> __device__ __forceinline__ void warp_sum(float (&x)[N]) {
+  if constexpr (N >= 2 && N <= kWarpSize && (N & (N - 1)) == 0) {
+    warp_scatter<N, kWarpSize / 2>(x, int(threadIdx.x) % kWarpSize);
+    // Value i ended in the lanes whose scatter bits (offsets 16, 8, ... for i's bits from the
+    // most significant down) spell i.
+    const float mine = x[0];
+    RSSM_UNROLL
+    for (int i = 0; i < N; ++i) {
+      int src = 0;
+      RSSM_UNROLL
+      for (int bit = N / 2, offset = kWarpSize / 2; bit > 0; bit >>= 1, offset >>= 1)
+        if (i & bit) src |= offset;
+      x[i] = __shfl_sync(kFullMask, mine, src);
+    }
+  } else {
+    RSSM_UNROLL
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+      RSSM_UNROLL
+      for (int i = 0; i < N; ++i) x[i] += __shfl_xor_sync(kFullMask, x[i], offset);
+    }
   }
 }
 
