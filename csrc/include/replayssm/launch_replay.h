@@ -1,7 +1,7 @@
 // The launch of the two kernels that replay spec-ring records into the checkpoint: F (every layer
 // in one grid, `rssm_fold_params`) and P (one layer, `rssm_replay_params`). A row tile per block
-// (ReplayTilingOf: 32 rows, 16 at K = 256 and for PREFETCH);
-// PREFETCH stages the window's records in dynamic shared memory.
+// (ReplayTilingOf: 32 rows, 16 at K = 256 and for PREFETCH); PREFETCH stages the window's records
+// in dynamic shared memory.
 #pragma once
 
 #include <type_traits>

@@ -81,17 +81,6 @@ template <class Act> __device__ __forceinline__ void store_act16(Act *p, const f
   *reinterpret_cast<int4 *>(p) = bits;
 }
 
-// Butterfly sum of N independent values across the warp. Every lane ends with the same bits
-// (float addition is commutative), and the tree is fixed: the fold, the replay and the recurrent
-// kernel all reduce through here, which is what makes their states bit-identical.
-//
-// For N = 2^m values (2 <= N <= 32) the first m levels reduce-scatter: at offset o a lane keeps
-// the half of its values its lane bit o selects and adds the partner's copy of that half, so
-// after m levels it holds one value's partial sum, and the remaining levels and a broadcast of
-// each value from the lane holding it finish. Each partial sum is the butterfly's (the same two
-// operands at every level: a lane and its partner share the bits that chose the half), so the
-// result is the full butterfly's bit for bit, in N - 1 + 5 - m additions and exchanges plus N
-// broadcasts instead of 5 N of each (at N = 8: 9 additions and 17 shuffles instead of 40 and 40).
 // The reduce-scatter levels of warp_sum from offset OFFSET on, N values still held (at the front
 // of x), then the full butterfly's remaining levels on the one left.
 template <int N, int OFFSET, int TOTAL> __device__ __forceinline__ void warp_scatter(float (&x)[TOTAL], int lane) {
@@ -110,6 +99,17 @@ template <int N, int OFFSET, int TOTAL> __device__ __forceinline__ void warp_sca
   }
 }
 
+// Butterfly sum of N independent values across the warp. Every lane ends with the same bits
+// (float addition is commutative), and the tree is fixed: the fold, the replay and the recurrent
+// kernel all reduce through here, which is what makes their states bit-identical.
+//
+// For N = 2^m values (2 <= N <= 32) the first m levels reduce-scatter: at offset o a lane keeps
+// the half of its values its lane bit o selects and adds the partner's copy of that half, so
+// after m levels it holds one value's partial sum, and the remaining levels and a broadcast of
+// each value from the lane holding it finish. Each partial sum is the butterfly's (the same two
+// operands at every level: a lane and its partner share the bits that chose the half), so the
+// result is the full butterfly's bit for bit, in N - 1 + 5 - m additions and exchanges plus N
+// broadcasts instead of 5 N of each (at N = 8: 9 additions and 17 shuffles instead of 40 and 40).
 template <int N> __device__ __forceinline__ void warp_sum(float (&x)[N]) {
   if constexpr (N >= 2 && N <= kWarpSize && (N & (N - 1)) == 0) {
     warp_scatter<N, kWarpSize / 2>(x, int(threadIdx.x) % kWarpSize);

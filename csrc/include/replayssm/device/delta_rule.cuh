@@ -79,7 +79,6 @@ struct GateSource {
   }
 };
 
-
 // Log decay g (one value, or this lane's EPL channels for KDA) and beta of token `tok`, value
 // head `hv` (design §3 steps 1-2). These exact values are what the spec ring stores.
 template <int EPL, class Act, bool KDA>
