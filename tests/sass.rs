@@ -153,9 +153,16 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
         // Verify reads the checkpoint only; every other state mover also writes it (VF STAGED's
         // groups of EPL channels are F's lanes: 16-byte accesses at EPL 4 and 8, 8-byte at 2).
         if f.family == "verify_staged_kernel" {
-            // Its 8-lane layout reads every row as float4 chunks at every K, and it stores the
-            // staged outputs as 16-byte vectors.
-            assert!(ld128 > 0, "verify_staged_kernel EPL {}: no 128-bit state load", f.epl);
+            // Its streaming layout (a lane holds min(EPL, 4) consecutive channels of every row
+            // of its warp's) reads rows and the staged keys and queries with 16-byte accesses
+            // from K = 128 on, 8-byte at K = 64; it stores the staged outputs as 16-byte vectors.
+            let (state, staged) = match f.epl {
+                4 | 8 => (ld128, count(f, "LDS.128")),
+                2 => (ld64, count(f, "LDS.64")),
+                _ => (1, 1),
+            };
+            assert!(state > 0, "verify_staged_kernel EPL {}: no vector state load", f.epl);
+            assert!(staged > 0, "verify_staged_kernel EPL {}: no vector shared read", f.epl);
             assert!(st128 > 0, "verify_staged_kernel EPL {}: no 128-bit output store", f.epl);
             continue;
         }

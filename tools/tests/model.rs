@@ -31,25 +31,42 @@ use replayssm_tools::model::{functions_of_this_build, predict, Point, Prediction
 /// gate and addresses now serve twice the state, and F/P default and Qwen3.5-122B's D-flush left
 /// the list. `warp_sum` then reduce-scatters N = 2^m values (the same tree, the same bits, a
 /// third of the shuffles and additions at 8 rows): every kernel that reduces through it dropped,
-/// and Kimi-K3-TP8's D-flush left the list too. Rows re-recorded from that build.
+/// and Kimi-K3-TP8's D-flush left the list too.
+///
+/// Staged V then moved to its streaming layout (a warp's lanes all hold the same channels of
+/// its 4 rows, chunked projections reduce-scattered, the solve once per row): Kimi-K3-TP8's V
+/// staged left the list and Qwen3.5-122B's fell from 317 to 282 instructions and from 128 to 51
+/// MIO cycles per KB. The model now follows a converged warp past `BRA.DIV` (the collectives'
+/// divergence fallbacks are off the counted path) and, for a kernel that never writes the state,
+/// counts the work after its last state load: V default rose (its output path is counted now),
+/// everything else fell. The row splits of staged V and VF (`staged/32`, `staged/16`, for small
+/// batches) are over budget by design: the window's cost per block is spread over a quarter or an
+/// eighth of the state. Rows re-recorded from that build.
 const OWED: &[(&str, &str, &str, f64, f64)] = &[
-    ("Qwen3.5-122B", "V", "default", 570.3, 74.2),
-    ("Qwen3.5-122B", "V", "staged", 316.9, 128.4),
-    ("Qwen3.5-122B", "F", "prefetch", 338.6, 31.5),
-    ("Qwen3.5-122B", "P", "prefetch", 316.9, 31.5),
-    ("Qwen3.5-122B", "VF", "default", 1447.0, 169.9),
-    ("Qwen3.5-122B", "VF", "staged", 176.8, 65.8),
-    ("Qwen3.5-122B", "D-nonflush", "default", 318.7, 10.7),
-    ("Qwen3.5-122B", "D-nonflush", "prefetch", 317.4, 10.7),
+    ("Qwen3.5-122B", "V", "default", 819.5, 179.7),
+    ("Qwen3.5-122B", "V", "staged", 281.7, 50.6),
+    ("Qwen3.5-122B", "V", "staged/16", 1128.8, 185.9),
+    ("Qwen3.5-122B", "V", "staged/32", 644.7, 108.6),
+    ("Qwen3.5-122B", "F", "prefetch", 309.3, 31.5),
+    ("Qwen3.5-122B", "P", "prefetch", 287.6, 31.5),
+    ("Qwen3.5-122B", "VF", "default", 1229.2, 169.9),
+    ("Qwen3.5-122B", "VF", "staged", 181.2, 66.0),
+    ("Qwen3.5-122B", "VF", "staged/16", 622.4, 115.5),
+    ("Qwen3.5-122B", "VF", "staged/32", 370.3, 87.2),
+    ("Qwen3.5-122B", "D-nonflush", "default", 270.9, 10.7),
+    ("Qwen3.5-122B", "D-nonflush", "prefetch", 270.5, 10.7),
     ("Kimi-K3-TP8", "R-window", "-", 330.0, 11.7),
-    ("Kimi-K3-TP8", "V", "default", 569.8, 74.2),
-    ("Kimi-K3-TP8", "V", "staged", 330.1, 127.2),
-    ("Kimi-K3-TP8", "F", "prefetch", 367.7, 37.4),
-    ("Kimi-K3-TP8", "P", "prefetch", 342.3, 37.4),
-    ("Kimi-K3-TP8", "VF", "default", 1805.9, 196.3),
-    ("Kimi-K3-TP8", "VF", "staged", 184.3, 66.2),
-    ("Kimi-K3-TP8", "D-nonflush", "default", 397.7, 10.7),
-    ("Kimi-K3-TP8", "D-nonflush", "prefetch", 395.6, 10.7),
+    ("Kimi-K3-TP8", "V", "default", 862.1, 185.4),
+    ("Kimi-K3-TP8", "V", "staged/16", 1614.7, 318.4),
+    ("Kimi-K3-TP8", "V", "staged/32", 807.4, 159.2),
+    ("Kimi-K3-TP8", "F", "prefetch", 338.4, 37.4),
+    ("Kimi-K3-TP8", "P", "prefetch", 313.0, 37.4),
+    ("Kimi-K3-TP8", "VF", "default", 1588.1, 196.3),
+    ("Kimi-K3-TP8", "VF", "staged", 189.1, 66.4),
+    ("Kimi-K3-TP8", "VF", "staged/16", 699.4, 119.1),
+    ("Kimi-K3-TP8", "VF", "staged/32", 407.8, 89.0),
+    ("Kimi-K3-TP8", "D-nonflush", "default", 351.3, 10.7),
+    ("Kimi-K3-TP8", "D-nonflush", "prefetch", 349.2, 10.7),
 ];
 
 /// How much worse than its recorded count an owed hot loop may get.
@@ -135,7 +152,7 @@ fn every_hot_loop_fits_the_h200_budget_or_is_owed_and_no_worse() {
         return;
     };
     let grid = predictions(&functions);
-    // Every implementation of the headline shapes is counted (13 per shape).
+    // Every implementation of the headline shapes is counted (17 per shape).
     for (shape, ps) in &grid {
         assert_eq!(
             ps.len(),

@@ -50,10 +50,12 @@ typedef enum rssm_impl {
                            * loaded after the pending records; the only one of materialise. */
   RSSM_IMPL_STAGED = 1,   /* V, VF: the window is built once per block and staged in shared
                            * memory, the checkpoint load issued first, `block_rows` rows streamed
-                           * per block in passes of 16 with the next pass prefetched, 8 lanes per
-                           * row (3-level reductions), outputs staged and stored as vectors. VF:
-                           * the pending records staged too, each row folded (F's operations in
-                           * F's order) and stored before its verify. */
+                           * per block in passes of 16, outputs staged and stored as vectors. V:
+                           * two passes in flight, a warp's lanes on the same channels of its 4
+                           * rows, projections reduce-scattered, the solve once per row. VF: 8
+                           * lanes per row (3-level reductions), the pending records staged too,
+                           * each row folded (F's operations in F's order) and stored before its
+                           * verify. */
   RSSM_IMPL_PREFETCH = 2  /* F, P: the state load issued at entry, the request's ring records
                            * (keys normalised once per record) copied to shared memory up front;
                            * windows up to RSSM_MAX_VERIFY_WINDOW. D: the token's inputs loaded

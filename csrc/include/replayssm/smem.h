@@ -23,16 +23,29 @@ inline RSSM_HOST_DEVICE int verify_staged_block_rows(int block_rows, int V) {
   return block_rows > 0 ? block_rows : (V + 15) / 16 * 16;
 }
 
-// One STAGED verify block: the window arrays, exp of the GDN decay sums [T], the v tile and the
-// output tile [T][rows].
-inline RSSM_HOST_DEVICE int64_t verify_staged_smem_floats(int T, int K, bool kda, int rows) {
+// What every STAGED block (V, VF) stages: the window arrays, exp of the GDN decay sums [T], the
+// v tile and the output tile [T][rows].
+inline RSSM_HOST_DEVICE int64_t staged_tiles_floats(int T, int K, bool kda, int rows) {
   return verify_smem_floats(T, K, kda) + T + int64_t(2) * T * rows;
 }
 
-// One STAGED VF block: staged V's arrays, then per pending record (at most W, one half of the
+// Row pitch of staged V's projection and output tiles: 4 words past the rows, so the 8
+// (position, key or query) slots a warp's lanes store at once start in different banks.
+inline RSSM_HOST_DEVICE int verify_staged_proj_pitch(int rows) { return rows + 4; }
+
+// One STAGED verify block: the window arrays, exp of the GDN decay sums [T], the v tile [T][rows],
+// then the rows' projections on every position's decayed key and query [2 T][pitch], which the
+// forward substitution reads after the passes and overwrites with the outputs [T][pitch] (a
+// thread's output i lands in its own column of slot i, read before: slots 2 i and 2 i + 1 are
+// read at position i).
+inline RSSM_HOST_DEVICE int64_t verify_staged_smem_floats(int T, int K, bool kda, int rows) {
+  return verify_smem_floats(T, K, kda) + T + int64_t(T) * rows + int64_t(2) * T * verify_staged_proj_pitch(rows);
+}
+
+// One STAGED VF block: the staged tiles, then per pending record (at most W, one half of the
 // ring) its normalised key, decay factors, beta and the v values of the block's rows.
 inline RSSM_HOST_DEVICE int64_t verify_fold_staged_smem_floats(int T, int W, int K, bool kda, int rows) {
-  return verify_staged_smem_floats(T, K, kda, rows) + int64_t(W) * (K + (kda ? K : 1) + 1 + rows);
+  return staged_tiles_floats(T, K, kda, rows) + int64_t(W) * (K + (kda ? K : 1) + 1 + rows);
 }
 // RSSM_IMPL_PREFETCH of F and P: per ring record its normalised key, decay factors, beta and the
 // v values of the block's 16 rows.

@@ -14,8 +14,13 @@ pub struct Repeats {
     /// block runs `executed` (V default and VF unroll the window to its 16-position maximum).
     pub unrolled: Option<(f64, f64)>,
     /// The kernel streams its rows in passes: the loop with the most FFMA runs this many times
-    /// and holds `unrolled` positions (staged V), instead of `per_position_loop`.
+    /// and holds `unrolled` positions (staged VF), instead of `per_position_loop`.
     pub passes: Option<f64>,
+    /// With `passes`, the positions go by in chunks (staged V): the loop holding the
+    /// reduce-scatter (the most FFMA among loops with shuffles) runs `passes x chunks` times, the
+    /// loop around it `passes` times, and a loop with FFMA after it (the per-row solve) holds
+    /// `unrolled` positions once.
+    pub chunks: Option<f64>,
 }
 
 /// One block's counts, per warp (every warp of a row-tiled block runs the same code).
@@ -66,8 +71,10 @@ fn last_state_access(instrs: &[Instr], state_width: u32) -> Option<usize> {
 }
 
 /// Blocks on some path entry -> first state load -> last state access: the path every live
-/// block takes. Paths that skip a request (zero its outputs and exit) are left out.
-fn hot_blocks(cfg: &Cfg, from: usize, to: usize) -> Vec<bool> {
+/// block takes. Paths that skip a request (zero its outputs and exit) are left out. When the last
+/// state access is a load (a kernel that never writes the state), the work after it is the
+/// block's too: every block reachable from it.
+fn hot_blocks(cfg: &Cfg, from: usize, to: usize, after_last: bool) -> Vec<bool> {
     let n = cfg.blocks.len();
     let mut pred = vec![vec![]; n];
     for (u, ss) in cfg.succ.iter().enumerate() {
@@ -91,8 +98,9 @@ fn hot_blocks(cfg: &Cfg, from: usize, to: usize) -> Vec<bool> {
     };
     let (from_entry, to_first) = (reach(0, &cfg.succ), reach(from, &pred));
     let (from_first, to_last) = (reach(from, &cfg.succ), reach(to, &pred));
+    let from_last = reach(to, &cfg.succ);
     (0..n)
-        .map(|b| (from_entry[b] && to_first[b]) || (from_first[b] && to_last[b]))
+        .map(|b| (from_entry[b] && to_first[b]) || (from_first[b] && to_last[b]) || (after_last && from_last[b]))
         .collect()
 }
 
@@ -168,15 +176,40 @@ pub fn count_traced(
     let block_of_instr = |i: usize| cfg.blocks.partition_point(|&(s, _)| s <= i) - 1;
     let first = first_state_load(ins, state_width)?;
     let last = last_state_access(ins, state_width)?;
-    let hot = hot_blocks(&cfg, block_of_instr(first), block_of_instr(last));
+    let hot = hot_blocks(
+        &cfg,
+        block_of_instr(first),
+        block_of_instr(last),
+        ins[last].is_global_load(),
+    );
     let ffma = |b: usize| {
         let (s, e) = cfg.blocks[b];
         ins[s..e].iter().filter(|i| i.opcode.starts_with("FFMA")).count()
     };
     let loop_ffma: Vec<usize> = cfg.loops.iter().map(|l| l.iter().map(|&b| ffma(b)).sum()).collect();
-    let pass_loop = repeats
-        .passes
-        .and_then(|_| (0..cfg.loops.len()).max_by_key(|&l| (loop_ffma[l], std::cmp::Reverse(l))));
+    let shuffles = |b: usize| {
+        let (s, e) = cfg.blocks[b];
+        ins[s..e].iter().filter(|i| i.opcode.starts_with("SHFL")).count()
+    };
+    // Chunked passes: the chunk loop (most FFMA among loops with shuffles, innermost on ties)
+    // and the smallest loop strictly around it.
+    let chunk_loop = repeats.chunks.and_then(|_| {
+        (0..cfg.loops.len())
+            .filter(|&l| cfg.loops[l].iter().any(|&b| shuffles(b) > 0))
+            .max_by_key(|&l| (loop_ffma[l], std::cmp::Reverse(cfg.loops[l].len())))
+    });
+    let around_chunks = chunk_loop.and_then(|c| {
+        (0..cfg.loops.len())
+            .filter(|&l| l != c && cfg.loops[l].is_superset(&cfg.loops[c]) && cfg.loops[l].len() > cfg.loops[c].len())
+            .min_by_key(|&l| cfg.loops[l].len())
+    });
+    let after_passes = around_chunks.map_or(usize::MAX, |l| cfg.loops[l].iter().copied().max().unwrap_or(0));
+    let pass_loop = match repeats.chunks {
+        Some(_) => around_chunks,
+        None => repeats
+            .passes
+            .and_then(|_| (0..cfg.loops.len()).max_by_key(|&l| (loop_ffma[l], std::cmp::Reverse(l)))),
+    };
     let unrolled = repeats.unrolled.map_or(1.0, |(of, run)| run / of);
     // Per-position code starts after the last state load (every row is requested first).
     let rows_loaded = ins
@@ -191,7 +224,15 @@ pub fn count_traced(
             let mut in_loop = false;
             for l in cfg.loops_of(b) {
                 in_loop = true;
-                if Some(l) == pass_loop {
+                if let Some(chunks) = repeats.chunks {
+                    if Some(l) == chunk_loop {
+                        w *= chunks;
+                    } else if Some(l) == pass_loop {
+                        w *= repeats.passes.unwrap_or(1.0);
+                    } else if loop_ffma[l] >= 1 && b > after_passes {
+                        w *= unrolled;
+                    }
+                } else if Some(l) == pass_loop {
                     w *= repeats.passes.unwrap_or(1.0) * unrolled;
                 } else if loop_ffma[l] >= 1 && pass_loop.is_none() {
                     w *= repeats.per_position_loop;
@@ -229,8 +270,9 @@ pub fn count_traced(
         }
         let w = weight[b];
         if let Some(t) = trace.as_deref_mut() {
+            let loops: Vec<usize> = cfg.loops_of(b).collect();
             t.push(format!(
-                "block {b} /*{:04x}*/..{} instructions, weight {w:.3}",
+                "block {b} /*{:04x}*/..{} instructions, weight {w:.3}, loops {loops:?}",
                 ins[s].addr,
                 e - s
             ));
@@ -306,6 +348,42 @@ mod tests {
         /*0110*/                   EXIT ;
 ";
 
+    /// Staged V's shape: a pass loop around a chunk loop (FFMA and a shuffle), then the per-row
+    /// solve (a loop with FFMA) after the passes.
+    const CHUNKED: &str = "\
+\t\tFunction : _ZN4rssm20verify_staged_kernelILi4E13__nv_bfloat16Lb0EEEv18rssm_verify_params
+        /*0000*/                   LDG.E.128 R8, desc[UR4][R6.64] ;
+        /*0010*/                   IADD3 R1, R1, 0x1, RZ ;
+        /*0020*/                   FFMA R8, R8, R9, R10 ;
+        /*0030*/                   SHFL.BFLY PT, R3, R8, 0x1, 0x1f ;
+        /*0040*/               @P1 BRA 0x20 ;
+        /*0050*/                   LDG.E.128 R12, desc[UR4][R6.64+0x200] ;
+        /*0060*/               @P2 BRA 0x10 ;
+        /*0070*/                   FFMA R8, R8, R9, R10 ;
+        /*0080*/               @P3 BRA 0x70 ;
+        /*0090*/                   STG.E.128 desc[UR4][R6.64], R8 ;
+        /*00a0*/                   EXIT ;
+";
+
+    #[test]
+    fn chunked_passes_weigh_the_chunk_loop_the_pass_loop_and_the_solve() {
+        let f = &parse(CHUNKED)[0];
+        let r = Repeats {
+            per_position_loop: 4.0,
+            unrolled: Some((16.0, 4.0)),
+            passes: Some(8.0),
+            chunks: Some(1.0),
+        };
+        let c = count(f, 16, r).expect("state accesses");
+        // Entry 1, pass loop header 1 x 8, chunk loop 3 x 8 x 1, the rest of the pass 2 x 8,
+        // the solve 2 x 4/16, the store and exit 2.
+        assert_eq!(c.instructions, 1.0 + 8.0 + 24.0 + 16.0 + 0.5 + 2.0);
+        // Two chunks per pass: the chunk loop twice as often, nothing else moves.
+        let c2 = count(f, 16, Repeats { chunks: Some(2.0), ..r }).expect("state accesses");
+        assert_eq!(c2.instructions - c.instructions, 24.0);
+        assert_eq!(c2.mio_cycles, 16.0);
+    }
+
     #[test]
     fn a_block_is_counted_on_its_hot_path_with_its_loop_repeats() {
         let f = &parse(LISTING)[0];
@@ -313,6 +391,7 @@ mod tests {
             per_position_loop: 1.0,
             unrolled: None,
             passes: None,
+            chunks: None,
         };
         let c = count(f, 16, r).expect("state accesses");
         // The skip path at 0x100 is not counted: 12 instructions.

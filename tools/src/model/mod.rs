@@ -107,12 +107,16 @@ pub enum RepeatsRule {
     /// The window is unrolled to its 16-position maximum in straight-line code (V default, VF);
     /// loops holding arithmetic (the window build) run `T` times.
     Unrolled,
-    /// Staged V: the rows stream in passes of 16, each pass's body unrolled to 16 positions.
+    /// Staged VF: the rows stream in passes of 16, each pass's body unrolled to 16 positions.
     Passes,
+    /// Staged V: the rows stream in passes of 16; each pass projects them on the window in
+    /// chunks of 4 positions (a loop), and the per-row solve after the passes holds the window
+    /// unrolled to 16 positions.
+    ChunkedPasses,
 }
 
 /// Every implementation the model covers (the bench's kernels at their launch shapes).
-pub const KERNELS: [Kernel; 13] = [
+pub const KERNELS: [Kernel; 17] = [
     k(
         "R-window",
         "-",
@@ -130,7 +134,27 @@ pub const KERNELS: [Kernel; 13] = [
         None,
         0,
         false,
-        RepeatsRule::Passes,
+        RepeatsRule::ChunkedPasses,
+    ),
+    // Staged V and VF over fewer rows per block (`block_rows`): more blocks where the batch is
+    // small, each block's window cost spread over less state.
+    k(
+        "V",
+        "staged/32",
+        "verify_staged_kernel",
+        None,
+        32,
+        false,
+        RepeatsRule::ChunkedPasses,
+    ),
+    k(
+        "V",
+        "staged/16",
+        "verify_staged_kernel",
+        None,
+        16,
+        false,
+        RepeatsRule::ChunkedPasses,
     ),
     k(
         "F",
@@ -183,6 +207,24 @@ pub const KERNELS: [Kernel; 13] = [
         "verify_fold_staged_kernel",
         None,
         0,
+        true,
+        RepeatsRule::Passes,
+    ),
+    k(
+        "VF",
+        "staged/32",
+        "verify_fold_staged_kernel",
+        None,
+        32,
+        true,
+        RepeatsRule::Passes,
+    ),
+    k(
+        "VF",
+        "staged/16",
+        "verify_fold_staged_kernel",
+        None,
+        16,
         true,
         RepeatsRule::Passes,
     ),
@@ -246,6 +288,9 @@ const fn k(
 
 /// The longest window V and VF unroll (`RSSM_MAX_VERIFY_WINDOW`).
 const UNROLLED_POSITIONS: f64 = replayssm::spec::MAX_VERIFY_WINDOW as f64;
+
+/// Positions staged V projects per reduce-scatter (`StreamLanes::kChunk`).
+const STAGED_V_CHUNK: f64 = 4.0;
 
 /// Where the model reads the compiled code.
 #[derive(Clone, Debug)]
@@ -396,16 +441,24 @@ fn function_of<'a>(functions: &'a [Function], kn: &Kernel, p: &Point) -> Option<
 
 /// How often each part of `kn`'s code runs at window (or cache length) `t` with `rows` per block.
 fn repeats_of(kn: &Kernel, t: f64, rows: usize) -> Repeats {
-    let (per_position_loop, unrolled, passes) = match kn.shape_of_repeats {
-        RepeatsRule::PerPosition => (t, None, None),
-        RepeatsRule::HalfCache => (((t - 1.0) / 2.0).max(0.0), None, None),
-        RepeatsRule::Unrolled => (t, Some((UNROLLED_POSITIONS, t)), None),
-        RepeatsRule::Passes => (t, Some((UNROLLED_POSITIONS, t)), Some((rows / 16) as f64)),
+    let passes = Some((rows / 16) as f64);
+    let (per_position_loop, unrolled, passes, chunks) = match kn.shape_of_repeats {
+        RepeatsRule::PerPosition => (t, None, None, None),
+        RepeatsRule::HalfCache => (((t - 1.0) / 2.0).max(0.0), None, None, None),
+        RepeatsRule::Unrolled => (t, Some((UNROLLED_POSITIONS, t)), None, None),
+        RepeatsRule::Passes => (t, Some((UNROLLED_POSITIONS, t)), passes, None),
+        RepeatsRule::ChunkedPasses => (
+            t,
+            Some((UNROLLED_POSITIONS, t)),
+            passes,
+            Some((t / STAGED_V_CHUNK).ceil()),
+        ),
     };
     Repeats {
         per_position_loop,
         unrolled,
         passes,
+        chunks,
     }
 }
 

@@ -247,6 +247,15 @@ impl Cfg {
             .map(|(j, &(_, e))| {
                 let last = &instrs[e - 1];
                 let mut s = vec![];
+                // `BRA.DIV` jumps to a collective's fallback only when the warp has diverged; a
+                // converged warp (every kernel's collectives run converged) falls through, and
+                // that is the path counted.
+                if last.opcode.starts_with("BRA.DIV") {
+                    if j + 1 < blocks.len() {
+                        s.push(j + 1);
+                    }
+                    return s;
+                }
                 if let Some(t) = last.target().and_then(index_of).and_then(block_of) {
                     s.push(t);
                 }
@@ -422,6 +431,30 @@ mod tests {
         assert_eq!(cfg.blocks, vec![(0, 4), (4, 5), (5, 8), (8, 10)]);
         assert_eq!(cfg.succ[2], vec![2, 3]);
         assert_eq!(cfg.loops, vec![BTreeSet::from([2])]);
+    }
+
+    #[test]
+    fn a_divergence_fallback_is_off_the_converged_path() {
+        // BRA.DIV to the shuffle's fallback (after EXIT), which branches back: the converged warp
+        // falls through, so the fallback has no predecessor.
+        let listing = "\
+\t\tFunction : _ZN4rssm11fold_kernelILi4E13__nv_bfloat16Lb0ELb1EEEv16rssm_fold_params
+        /*0000*/                   BRA.DIV UR4, 0x40 ;                    /* 0x0 */
+        /*0010*/                   SHFL.BFLY PT, R3, R8, 0x1, 0x1f ;      /* 0x0 */
+        /*0020*/                   FADD R8, R8, R3 ;                      /* 0x0 */
+        /*0030*/                   EXIT ;                                 /* 0x0 */
+        /*0040*/                   WARPSYNC.COLLECTIVE R50, 0x60 ;        /* 0x0 */
+        /*0050*/                   SHFL.BFLY P6, R3, R8, R52, R51 ;       /* 0x0 */
+        /*0060*/                   ENDCOLLECTIVE ;                        /* 0x0 */
+        /*0070*/                   BRA 0x20 ;                             /* 0x0 */
+";
+        let f = parse(listing);
+        let cfg = Cfg::build(&f[0].instrs);
+        assert_eq!(cfg.succ[0], vec![1]);
+        assert!(cfg
+            .succ
+            .iter()
+            .all(|s| !s.contains(&cfg.blocks.iter().position(|b| b.0 == 4).unwrap())));
     }
 
     #[test]

@@ -14,8 +14,14 @@ use super::sass::Function;
 use super::{best, predict, Machine, Point};
 use crate::floor::MODEL_SHAPES;
 
-/// The choice a model implementation name stands for.
+/// The choice a model implementation name stands for (`staged/32`: staged over 32-row blocks).
 fn choice_of(implementation: &str) -> Option<Choice> {
+    if let Some(rows) = implementation.strip_prefix("staged/") {
+        return Some(Choice {
+            imp: Impl::Staged,
+            block_rows: rows.parse().ok()?,
+        });
+    }
     match implementation {
         "default" => Some(Choice::DEFAULT),
         "staged" => Some(Choice {

@@ -99,6 +99,22 @@ template <int N, int OFFSET, int TOTAL> __device__ __forceinline__ void warp_sca
   }
 }
 
+// The reduce-scatter of staged V, whose lanes keep value j in slot j ^ lane down to the last
+// SELECTED values: while more are held, a lane keeps its front half and adds the partner's back
+// half (the same values: the partner's slots are flipped in that bit); the last levels select as
+// warp_scatter does. After it lane l holds the sum of value l (N = 32). Not the butterfly's bits
+// (V is checked by tolerance, not bit for bit).
+template <int N, int OFFSET, int SELECTED, int TOTAL>
+__device__ __forceinline__ void warp_scatter_front(float (&x)[TOTAL], int lane) {
+  if constexpr (N > SELECTED) {
+    RSSM_UNROLL
+    for (int i = 0; i < N / 2; ++i) x[i] += __shfl_xor_sync(kFullMask, x[i + N / 2], OFFSET);
+    warp_scatter_front<N / 2, OFFSET / 2, SELECTED>(x, lane);
+  } else {
+    warp_scatter<N, OFFSET>(x, lane);
+  }
+}
+
 // Butterfly sum of N independent values across the warp. Every lane ends with the same bits
 // (float addition is commutative), and the tree is fixed: the fold, the replay and the recurrent
 // kernel all reduce through here, which is what makes their states bit-identical.

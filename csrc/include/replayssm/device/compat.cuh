@@ -4,6 +4,7 @@
 #if defined(RSSM_EMULATION)
 #include "simt.h"
 #define RSSM_UNROLL _Pragma("GCC unroll 32")
+#define RSSM_NO_UNROLL _Pragma("GCC unroll 1")
 // Opting in to more than 48 KB of dynamic shared memory is a CUDA attribute; the emulator
 // only checks the hardware maximum at launch.
 #define RSSM_ALLOW_SMEM(kernel, bytes) 0
@@ -12,6 +13,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #define RSSM_UNROLL _Pragma("unroll")
+// A loop the model counts as a loop (its body once per trip), not as unrolled copies.
+#define RSSM_NO_UNROLL _Pragma("unroll 1")
 // `RSSM_DYNAMIC_SMEM(float, buf);` declares `float *buf` pointing at dynamic shared memory.
 #define RSSM_DYNAMIC_SMEM(type, name)                                   \
   extern __shared__ __align__(16) unsigned char rssm_dynamic_smem_[]; \

@@ -147,8 +147,11 @@ __device__ __forceinline__ void build_window(const rssm_verify_params &p, const 
       if (lane == 0) p.ring.beta[gate_at] = b;
       if (hv % group == 0) {
         Act *rk = static_cast<Act *>(p.ring.k) + ((layer_slot * p.base.H + h) * p.ring.window + ring_base + i) * K + kc;
+        Act raw[EPL];  // loaded before any store: rk may alias k_in as far as the compiler knows
         RSSM_UNROLL
-        for (int j = 0; j < EPL; ++j) rk[j] = k_in[j];
+        for (int j = 0; j < EPL; ++j) raw[j] = k_in[j];
+        RSSM_UNROLL
+        for (int j = 0; j < EPL; ++j) rk[j] = raw[j];
       }
     }
   }

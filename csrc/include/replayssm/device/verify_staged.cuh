@@ -1,15 +1,15 @@
 // Kernel V, RSSM_IMPL_STAGED: the chunked verify of verify.cuh (same window code, same contract,
-// checked by the same tolerance) laid out for bandwidth.
+// checked by the same tolerance) laid out for bandwidth, and the pieces staged VF shares.
 //
 // One block per (row block of `block_rows` rows, value head, request). The block builds the
 // window once (build_window) instead of once per 16 rows, folds the decays into the staged keys
 // and queries, stages the block's v tile in shared memory (and writes its ring_v records), and
-// then streams its checkpoint rows in passes of 16 rows: the first pass's rows are loaded before
-// the window is built, each later pass's while the previous one computes. Within a pass a state
-// row belongs to 8 lanes (4 rows per warp), each lane holding 4 * EPL channels as float4 chunks
-// strided by 32 channels (coalesced global loads, conflict-free shared reads), so a position's two
-// dot products per row need a 3-level butterfly instead of DEFAULT's 5 levels over 4 rows.
-// Outputs are staged in shared memory and stored as 16-byte vectors where aligned.
+// then streams its checkpoint rows in passes of 16 rows, two passes ahead of the arithmetic. A
+// warp's lanes all hold the same channels of its 4 rows (StreamLanes), so a shared read of a
+// position's key or query serves 4 rows, and the projections are reduce-scattered (about one
+// shuffle each) into a shared tile; the forward substitution then runs once per row, a thread
+// per row. Outputs are staged in shared memory and stored as 16-byte vectors where aligned.
+// (Staged VF keeps the 8-lanes-per-row layout of StagedBlock: its rows are F's.)
 #pragma once
 
 #include "replayssm/device/verify.cuh"
@@ -129,27 +129,40 @@ __device__ __forceinline__ void stage_window_tile(const rssm_verify_params &p, c
   Act *ring_v = p.ring.v ? static_cast<Act *>(p.ring.v) +
                                (layer_slot * p.base.HV + hv) * int64_t(p.ring.window) * p.base.V + rb0
                          : nullptr;
-  for (int idx = threadIdx.x; idx < len * rows; idx += blockDim.x) {
-    const int i = idx / rows, r = idx % rows;
-    const Act x = v[int64_t(bos + i) * p.tokens.v_stride + r];
-    v_s[i * RB + r] = to_float(x);
-    if (ring_v && ring_base + i < p.ring.window) ring_v[int64_t(ring_base + i) * p.base.V + r] = x;
+  // A thread per row; each batch of positions is loaded before any of it is stored (a ring
+  // store may alias v as far as the compiler knows, so interleaving would wait one round trip
+  // per element).
+  constexpr int BATCH = 8;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    for (int i0 = 0; i0 < len; i0 += BATCH) {
+      Act x[BATCH];
+      RSSM_UNROLL
+      for (int b = 0; b < BATCH; ++b)
+        x[b] = i0 + b < len ? v[int64_t(bos + i0 + b) * p.tokens.v_stride + r] : from_float<Act>(0.0f);
+      RSSM_UNROLL
+      for (int b = 0; b < BATCH; ++b) {
+        const int i = i0 + b;
+        if (i >= len) break;
+        v_s[i * RB + r] = to_float(x[b]);
+        if (ring_v && ring_base + i < p.ring.window) ring_v[int64_t(ring_base + i) * p.base.V + r] = x[b];
+      }
+    }
   }
   __syncthreads();
 }
 
-// The output tile o_s [len][RB] of rows rb0.. of value head hv, 16 bytes per store where the row
-// allows it. Whole block.
+// The output tile o_s [len][pitch] of rows rb0.. of value head hv, 16 bytes per store where the
+// row allows it. Whole block.
 template <class Act>
 __device__ __forceinline__ void store_output_tile(const rssm_verify_params &p, const VerifyRequest &rq,
-                                                  const float *o_s, int hv, int rb0, int rows, int RB) {
+                                                  const float *o_s, int hv, int rb0, int rows, int pitch) {
   constexpr int VEC = 16 / int(sizeof(Act));
   Act *o = static_cast<Act *>(p.tokens.o) + int64_t(hv) * p.base.V + rb0;
   const int chunks = (rows + VEC - 1) / VEC;
   for (int idx = threadIdx.x; idx < rq.len * chunks; idx += blockDim.x) {
     const int i = idx / chunks, r0 = (idx % chunks) * VEC;
     Act *dst = o + int64_t(rq.bos + i) * p.tokens.o_stride + r0;
-    const float *src = o_s + i * RB + r0;
+    const float *src = o_s + i * pitch + r0;
     if (r0 + VEC <= rows && (reinterpret_cast<uintptr_t>(dst) % 16) == 0) {
       store_act16(dst, src);
     } else {
@@ -158,19 +171,94 @@ __device__ __forceinline__ void store_output_tile(const rssm_verify_params &p, c
   }
 }
 
-// (Min-blocks hint: 4 blocks per SM at K = 128 (at most 128 registers: at the 96 that 5 blocks
-// allow, ptxas spilled 8 bytes of a row pointer in the prologue, for GDN or KDA depending on
-// unrelated code shape; the model ranks it MIO-bound either way), 5 at K = 32 and 64 (which lifts
-// the heuristic cap that spilled 8 bytes at K = 64, KDA), 1 at K = 256, whose two state buffers
-// need ~128. tests/resources.rs guards it.)
+// Staged V's streaming layout: per pass a warp owns kRows state rows and every lane holds the
+// same channels of all of them, G groups of E consecutive channels, group g at channels
+// E * (lane + 32 g) (16-byte coalesced loads; conflict-free 16-byte shared reads). A position's
+// decayed key and query, read from shared memory once, then serve kRows rows, and the
+// 2 * kChunk * kRows = 32 projections of a chunk of positions are reduce-scattered: each lane
+// ends with one of them after 31 shuffles, about one shuffle per projection.
+template <int EPL> struct StreamLanes {
+  static constexpr int E = EPL < 4 ? EPL : 4;
+  static constexpr int G = EPL / E;
+  static constexpr int kRows = 4;                                       // per warp and pass
+  static constexpr int kChunk = 4;                                      // positions per scatter
+  static constexpr int kRowsPerPass = kRows * RowTiling::kWarps;       // 16
+  static_assert(2 * kChunk * kRows == kWarpSize, "one projection per lane after the scatter");
+};
+
+// The kRows rows a warp owns in `pass` (local rows pass * 16 + warp * kRows + r), zero past `rows`
+// or for a request that is not live.
+template <int EPL>
+__device__ __forceinline__ void load_stream_rows(const float *head_state, int rb0, int pass, int rows, bool live,
+                                                 int warp, int lane,
+                                                 float (&s)[StreamLanes<EPL>::kRows][StreamLanes<EPL>::G][StreamLanes<EPL>::E]) {
+  using L = StreamLanes<EPL>;
+  constexpr int K = kWarpSize * EPL;
+  RSSM_UNROLL
+  for (int r = 0; r < L::kRows; ++r) {
+    const int local = pass * L::kRowsPerPass + warp * L::kRows + r;
+    const float *row = head_state + int64_t(rb0 + local) * K;
+    RSSM_UNROLL
+    for (int g = 0; g < L::G; ++g) {
+      if (live && local < rows) {
+        load_f32(row + L::E * (lane + kWarpSize * g), s[r][g]);
+      } else {
+        RSSM_UNROLL
+        for (int e = 0; e < L::E; ++e) s[r][g][e] = 0.0f;
+      }
+    }
+  }
+}
+
+// The forward substitution of one state row (row `local` of the block) from its projections
+// proj [2 T][pitch] (slot 2 i: on position i's decayed key, 2 i + 1: on its query): per position
+// u_i and the output, written over slot i of its own column (read before: see
+// verify_staged_smem_floats). One thread per row, after the passes.
+template <bool KDA>
+__device__ __forceinline__ void staged_row_solve(const WindowSmem &w, const float *eG, float *proj, int pitch,
+                                                 const float *v_s, int T, int len, int RB, int local) {
+  constexpr int TMAX = RSSM_MAX_VERIFY_WINDOW;
+  float u[TMAX];
+  RSSM_UNROLL
+  for (int i = 0; i < TMAX; ++i) {
+    if (i >= len) break;
+    const float dk = proj[(2 * i) * pitch + local], dq = proj[(2 * i + 1) * pitch + local];
+    const float eg = KDA ? 1.0f : eG[i];
+    const uint32_t anc_i = w.anc[i];  // a chain: every j < i
+    float acc = w.beta[i] * (v_s[i * RB + local] - eg * dk);
+    RSSM_UNROLL
+    for (int j = 0; j < TMAX; ++j)
+      if (j < i && ((anc_i >> j) & 1u)) acc = fmaf(-w.A[i * T + j], u[j], acc);
+    u[i] = acc;
+    float out = eg * dq;
+    RSSM_UNROLL
+    for (int j = 0; j < TMAX; ++j)
+      if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(w.Sc[i * T + j], u[j], out);
+    proj[i * pitch + local] = out;
+  }
+}
+
+// One block per (row block of `block_rows` rows, value head, request). The first two passes'
+// checkpoint rows are requested before the window is built (4 KB per warp in flight at K = 128
+// before the first wait), then each pass requests the rows two passes ahead while it
+// projects its rows on the window: per chunk of 4 positions, 2 shared reads per position serve
+// the warp's 4 rows and one reduce-scatter finishes the 32 projections, which go to shared
+// memory. The forward substitution runs once per row after the passes (a thread per row), and
+// the output tile is stored as vectors.
+// (Min-blocks hint: 4 blocks per SM at K = 128 (three 4-row buffers and 32 projections take
+// about 120 registers), 5 at K = 32 and 64, 1 at K = 256, whose buffers hold twice the channels.
+// tests/resources.rs guards it.)
 template <int EPL, class Act, bool KDA>
 __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ? 4 : 5) verify_staged_kernel(const rssm_verify_params p) {
   constexpr int K = kWarpSize * EPL;
-  constexpr int RPP = StagedBlock::kRowsPerPass;
-  constexpr int CH = K / (4 * StagedBlock::kLanesPerRow);  // float4 chunks per lane and row (= EPL)
-  const StagedBlock sb(p.base);
-  const int l8 = sb.l8, my = sb.my, hv = sb.hv, req = sb.req, RB = sb.RB, rb0 = sb.rb0, rows = sb.rows;
-  const int passes = sb.passes, T = p.max_seqlen;
+  using L = StreamLanes<EPL>;
+  constexpr int R = L::kRows, G = L::G, E = L::E, C = L::kChunk, RPP = L::kRowsPerPass;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int hv = blockIdx.y, req = blockIdx.z;
+  const int RB = verify_staged_block_rows(p.base.block_rows, p.base.V);
+  const int rb0 = blockIdx.x * RB;
+  const int rows = RB < p.base.V - rb0 ? RB : p.base.V - rb0;  // > 0: the grid has ceil(V / RB) row blocks
+  const int passes = (rows + RPP - 1) / RPP, T = p.max_seqlen;
   const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
 
   VerifyRequest rq;
@@ -182,17 +270,19 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ?
   const WindowSmem w = window_smem(smem, T, K, KDA);
   float *eG = smem + verify_smem_floats(T, K, KDA);  // [T]
   float *v_s = eG + T;                               // [T][RB]
-  float *o_s = v_s + T * RB;                         // [T][RB]
+  float *proj = v_s + T * RB;                        // [2 T][pitch], then the outputs [T][pitch]
+  const int pitch = verify_staged_proj_pitch(RB);
 
-  // The first pass's checkpoint rows, in flight while the window is built.
+  // The first two passes' checkpoint rows, in flight while the window is built.
   const int64_t layer_slot = int64_t(p.base.layer) * p.base.num_slots + (rq.live ? rq.slot : 0);
   const int64_t head = int64_t(p.base.V) * K;
   const float *head_state = p.base.state +
                             state_offset(p.base.state_slot_stride, p.base.state_layer_stride, p.base.layer, rq.live ? rq.slot : 0,
                                          p.base.num_slots, p.base.HV * head) +
                             hv * head;
-  float s[CH][4];
-  load_staged_row(head_state + int64_t(rb0 + my) * K, rq.live && my < rows, l8, s);
+  float s[R][G][E], s1[R][G][E], s2[R][G][E];
+  load_stream_rows<EPL>(head_state, rb0, 0, rows, rq.live, warp, lane, s);
+  load_stream_rows<EPL>(head_state, rb0, 1, rows, rq.live, warp, lane, s1);
 
   const bool tree_ok = rq.live && verify_tree_ok(p, rq, w, reporter);
   if (!tree_ok) {  // null, untrusted slot or bad tree: zero outputs, no ring writes
@@ -200,26 +290,64 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ?
     return;
   }
   build_window<EPL, Act, KDA>(p, rq, w, hv, layer_slot);
-
   stage_window_tile<EPL, Act, KDA>(p, rq, w, eG, v_s, hv, rb0, rows, RB, 0);
 
-  float u[RSSM_MAX_VERIFY_WINDOW];
+  const int len = rq.len;
+  // Projection index: position in the chunk (bits 4, 3), key 0 / query 1 (bit 2), row (bits 1, 0).
+  // A lane keeps its projection j in slot j ^ lane for the position and key/query bits (which
+  // position and which of kh / qh it reads are per-lane addresses), so the scatter's first three
+  // levels keep the front half and send the back half without selects; the two row levels
+  // select (the rows' registers are not addressable). After the scatter lane l holds projection
+  // l: position c * C + l / 8, key or query by bit 2, row l % 4 of the warp's.
+  const int pos_xor = lane / (2 * R), my_kind = (lane / R) % 2, my_row = warp * R + lane % R;
+  const float *k_src = my_kind ? w.qh : w.kh, *q_src = my_kind ? w.kh : w.qh;
   for (int pass = 0; pass < passes; ++pass) {
-    const int local = pass * RPP + my;
-    const bool ok = local < rows;
-    float next[CH][4];
-    const bool more = pass + 1 < passes;
-    if (more) load_staged_row(head_state + int64_t(rb0 + local + RPP) * K, local + RPP < rows, l8, next);
-    staged_row_outputs<CH, 4, KDA>(s, w, eG, v_s, o_s, T, rq.len, RB, local, ok, l8, u);
-    if (more) {
+    // Unconditional (zeros past the last pass): under a branch the compiler rotated the buffers
+    // right after the load and waited on it every pass.
+    load_stream_rows<EPL>(head_state, rb0, pass + 2, rows, true, warp, lane, s2);
+    RSSM_NO_UNROLL
+    for (int c = 0; c * C < len; ++c) {
+      float x[2 * C * R];  // [position][key, query][row]
       RSSM_UNROLL
-      for (int m = 0; m < CH; ++m)
+      for (int q = 0; q < C; ++q) {
+        const int at = c * C + (q ^ pos_xor);
+        const int i = at < len ? at : len - 1;  // past the window: computed, not stored
         RSSM_UNROLL
-        for (int c = 0; c < 4; ++c) s[m][c] = next[m][c];
+        for (int r = 0; r < 2 * R; ++r) x[q * 2 * R + r] = 0.0f;
+        RSSM_UNROLL
+        for (int g = 0; g < G; ++g) {
+          const int c0 = E * (lane + kWarpSize * g);
+          float kq[E], qq[E];
+          load_f32(k_src + i * K + c0, kq);
+          load_f32(q_src + i * K + c0, qq);
+          RSSM_UNROLL
+          for (int r = 0; r < R; ++r)
+            RSSM_UNROLL
+            for (int e = 0; e < E; ++e) {
+              x[q * 2 * R + r] = fmaf(s[r][g][e], kq[e], x[q * 2 * R + r]);
+              x[q * 2 * R + R + r] = fmaf(s[r][g][e], qq[e], x[q * 2 * R + R + r]);
+            }
+        }
+      }
+      warp_scatter_front<2 * C * R, kWarpSize / 2, R>(x, lane);
+      const int i = c * C + pos_xor;
+      if (i < len) proj[(2 * i + my_kind) * pitch + pass * RPP + my_row] = x[0];
     }
+    RSSM_UNROLL
+    for (int r = 0; r < R; ++r)
+      RSSM_UNROLL
+      for (int g = 0; g < G; ++g)
+        RSSM_UNROLL
+        for (int e = 0; e < E; ++e) {
+          s[r][g][e] = s1[r][g][e];
+          s1[r][g][e] = s2[r][g][e];
+        }
   }
   __syncthreads();
-  store_output_tile<Act>(p, rq, o_s, hv, rb0, rows, RB);
+  for (int local = threadIdx.x; local < rows; local += blockDim.x)
+    staged_row_solve<KDA>(w, eG, proj, pitch, v_s, T, len, RB, local);
+  __syncthreads();
+  store_output_tile<Act>(p, rq, proj, hv, rb0, rows, pitch);
 }
 
 }  // namespace rssm
