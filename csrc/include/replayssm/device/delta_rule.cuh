@@ -88,16 +88,24 @@ __device__ __forceinline__ void token_gate(const GateSource &src, int64_t tok, i
   if (src.g == nullptr) {
     const Act *a = static_cast<const Act *>(src.a);
     const Act *b = static_cast<const Act *>(src.b);
+    const float b_raw = to_float(b[tok * src.b_stride + hv]);
     if constexpr (KDA) {
+      // Every channel's inputs loaded before any is used: the gate branches per channel, and
+      // loads written between the branches waited one round trip per channel.
+      float a_raw[EPL], dt_bias[EPL];
       RSSM_UNROLL
-      for (int j = 0; j < EPL; ++j)
-        g[j] = gate_log_decay<true>(to_float(a[tok * src.a_stride + int64_t(hv) * K + kc + j]),
-                                    src.dt_bias[int64_t(hv) * K + kc + j], src.A_log[hv], src.lower_bound);
+      for (int j = 0; j < EPL; ++j) {
+        a_raw[j] = to_float(a[tok * src.a_stride + int64_t(hv) * K + kc + j]);
+        dt_bias[j] = src.dt_bias[int64_t(hv) * K + kc + j];
+      }
+      const float A_log = src.A_log[hv];
+      RSSM_UNROLL
+      for (int j = 0; j < EPL; ++j) g[j] = gate_log_decay<true>(a_raw[j], dt_bias[j], A_log, src.lower_bound);
     } else {
       // The safe gate is KDA's (refused for GDN on the host): GDN's loops keep one form.
       g[0] = gate_log_decay<false>(to_float(a[tok * src.a_stride + hv]), src.dt_bias[hv], src.A_log[hv], 0.0f);
     }
-    beta = gate_beta(to_float(b[tok * src.b_stride + hv]));
+    beta = gate_beta(b_raw);
   } else {
     if constexpr (KDA) {
       RSSM_UNROLL
