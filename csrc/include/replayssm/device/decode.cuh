@@ -50,17 +50,78 @@ __device__ __forceinline__ void replay_pending(const DecodeGeometry &geo, int la
     const float *gp = geo.g_at(layer, slot, hv, j, KDA);
     RSSM_UNROLL
     for (int i = 0; i < (KDA ? EPL : 1); ++i) g[i] = gp[KDA ? kc + i : 0];
-    const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
     const float *d = geo.d_at(layer, slot, hv, j) + row0;
-    float u[ROWS];
+    float u[ROWS];  // loaded before the decay is computed: one round trip for the whole record
     RSSM_UNROLL
     for (int r = 0; r < ROWS; ++r) u[r] = row_ok[r] ? d[r] : 0.0f;
+    const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
     delta_rule_apply<EPL, ROWS, KDA>(s, kh, decay, u);
   }
 }
 
-// The body of kernel D. PREFETCH (RSSM_IMPL_PREFETCH) loads the token's inputs before the record
-// loop instead of after it.
+// The new token's k^ and q^ (normalised where asked, q^ scaled) and, for KDA, its per-channel g and
+// exp(g): the same for every warp of a block, so the block computes each channel once. Thread i
+// computes channels i, i + 128, ..., with each warp's own norms (the full reduction, as load_key
+// does) and the float operations of load_key, token_gate and decay_from_log, so the values are
+// those a warp computes alone, bit for bit; a warp does a quarter of the divisions, gates and
+// exponentials it did alone. (GDN's gate is one value per token: every warp computes it itself.)
+template <int EPL, bool KDA> struct TokenTile {
+  static constexpr int K = kWarpSize * EPL;
+  float kh[K], qh[K], g[KDA ? K : 1], decay[KDA ? K : 1];
+};
+
+// What one thread reads for its share of the TokenTile, loaded apart from the computation so
+// that PREFETCH can issue it before anything else.
+template <int EPL, class Act, bool KDA> struct TokenInputs {
+  static constexpr int K = kWarpSize * EPL;
+  static constexpr int N = (K + RowTiling::kThreads - 1) / RowTiling::kThreads;  // channels per thread
+  int c[N];  // past K (K < 128) a thread reads a valid channel and stores nothing
+  float kv[EPL], qv[EPL], kx[N], qx[N];
+  KdaGateInputs<N, Act> gate;
+
+  __device__ __forceinline__ void load(const rssm_decode_params &p, int64_t tok, int hv, int h) {
+    const int kc = (threadIdx.x % kWarpSize) * EPL;
+    const Act *k = static_cast<const Act *>(p.tokens.k) + tok * p.tokens.k_stride + int64_t(h) * K;
+    const Act *q = static_cast<const Act *>(p.tokens.q) + tok * p.tokens.q_stride + int64_t(h) * K;
+    RSSM_UNROLL
+    for (int i = 0; i < N; ++i) c[i] = (int(threadIdx.x) + i * RowTiling::kThreads) % K;
+    load_act(k + kc, kv);
+    load_act(q + kc, qv);
+    RSSM_UNROLL
+    for (int i = 0; i < N; ++i) {
+      kx[i] = to_float(k[c[i]]);
+      qx[i] = to_float(q[c[i]]);
+    }
+    if constexpr (KDA) gate.load(GateSource::of(p.tokens, p.base.HV), tok, hv, K, c);
+  }
+
+  // Computes this thread's channels into `t`. Whole warp (the norms).
+  __device__ __forceinline__ void share(const rssm_decode_params &p, int64_t tok, int hv, TokenTile<EPL, KDA> &t) {
+    float g[N];
+    if constexpr (KDA) gate.gate(GateSource::of(p.tokens, p.base.HV), tok, hv, K, c, g);
+    if (p.base.qk_l2norm != 0) {
+      const float nk = l2_norm(kv), nq = l2_norm(qv);
+      RSSM_UNROLL
+      for (int i = 0; i < N; ++i) {
+        kx[i] = kx[i] / nk;
+        qx[i] = qx[i] / nq;
+      }
+    }
+    RSSM_UNROLL
+    for (int i = 0; i < N; ++i) {
+      if (K % RowTiling::kThreads != 0 && int(threadIdx.x) + i * RowTiling::kThreads >= K) continue;
+      t.kh[c[i]] = kx[i];
+      t.qh[c[i]] = qx[i] * p.tokens.scale;
+      if constexpr (KDA) {
+        t.g[c[i]] = g[i];
+        t.decay[c[i]] = expf(g[i]);
+      }
+    }
+  }
+};
+
+// The body of kernel D. PREFETCH (RSSM_IMPL_PREFETCH) issues the token's loads first of all and
+// computes its inputs before the record loop; the default loads and computes them after it.
 template <int EPL, class Act, bool KDA, bool PREFETCH>
 __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   constexpr int K = kWarpSize * EPL;
@@ -68,18 +129,34 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int hv = blockIdx.y, b = blockIdx.z;
   const int row0 = (blockIdx.x * ReplayTiling<EPL>::kWarps + warp) * ROWS;
-  if (row0 >= p.base.V) return;  // a whole warp past the last row: no collective needs it
-  // The duplicate scan (a live slot shared with another row: both rows are skipped, their state
-  // and ring writes would race) comes first, while little else is live: placed after the other
-  // checks it made ptxas cap the registers of the KDA instantiations and spill.
-  const int slot = p.base.slots[b];
-  const bool dup = slot >= 0 && slot < p.base.num_slots && warp_find_other(p.base.slots, p.base.batch, b, slot);
   const int h = hv / (p.base.HV / p.base.H);
   const int kc = lane * EPL;
-  const int L = p.cache_len;
   bool row_ok[ROWS];
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.base.V;
+
+  // The token's inputs depend on the row alone, not on its slot or cursor: PREFETCH issues their
+  // loads before the slot is read, so their round trip is the slot's. Where they are loaded
+  // changes no float operation, so both orders give the same bits.
+  const int64_t tok = b;
+  const GateSource gate = GateSource::of(p.tokens, p.base.HV);
+  TokenInputs<EPL, Act, KDA> token_in;
+  float b_in = 0.0f, vr[ROWS];
+  const auto load_token = [&]() {
+    const Act *v = static_cast<const Act *>(p.tokens.v) + tok * p.tokens.v_stride + int64_t(hv) * p.base.V + row0;
+    RSSM_UNROLL
+    for (int r = 0; r < ROWS; ++r) vr[r] = row_ok[r] ? to_float(v[r]) : 0.0f;
+    if constexpr (KDA) b_in = beta_input<Act>(gate, tok, hv);
+    token_in.load(p, tok, hv, h);
+  };
+  if constexpr (PREFETCH) load_token();
+
+  // The duplicate scan (a live slot shared with another row: both rows are skipped, their state
+  // and ring writes would race) comes first among the checks, while little else is live: placed
+  // after the other checks it made ptxas cap the registers of the KDA instantiations and spill.
+  const int slot = p.base.slots[b];
+  const bool dup = slot >= 0 && slot < p.base.num_slots && warp_find_other(p.base.slots, p.base.batch, b, slot);
+  const int L = p.cache_len;
   Act *o = static_cast<Act *>(p.tokens.o) + int64_t(b) * p.tokens.o_stride + int64_t(hv) * p.base.V + row0;
 
   // Device-side indices are checked, not trusted (under graph replay the host never saw them).
@@ -98,38 +175,60 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
     if (reporter) report_device_error(p.base.error_word, RSSM_DEVERR_BAD_LENGTH);
     skip = true;
   }
+  // skip is the same for every warp of the block: a skipped block leaves the barrier below to
+  // none of its warps.
   if (skip) {  // null or untrusted row: zero outputs, nothing else
     if (lane < ROWS && row0 + lane < p.base.V) o[lane] = from_float<Act>(0.0f);  // (no dynamic index into row_ok: it would live on the stack)
     return;
   }
   const bool flush = m == L - 1 || (p.force_flush != nullptr && p.force_flush[b] != 0);
 
+  // The token's channels are shared by the block (TokenTile); a warp past the last row computes
+  // its share and meets the barrier, but owns no state.
+  __shared__ TokenTile<EPL, KDA> token;
+  if (row0 >= p.base.V) {
+    if constexpr (!PREFETCH) load_token();
+    token_in.share(p, tok, hv, token);
+    __syncthreads();
+    return;
+  }
   const DecodeGeometry geo{p.base.state, p.ring_d, p.ring_k, p.ring_g, p.base.num_slots, L, p.base.H, p.base.HV, K, p.base.V,
                            p.base.state_slot_stride, p.base.state_layer_stride};
   float *state = geo.state_rows(p.base.layer, slot, hv, row0) + kc;
   float s[ROWS][EPL];
   load_rows(state, K, row_ok, s);
 
-  // The token's inputs, and its key normalised. PREFETCH issues them before the record loop, so
-  // their DRAM round trip overlaps the state load instead of following the last record; where
-  // they are loaded changes no float operation, so both orders give the same bits.
-  const int64_t tok = b;
-  float kh[EPL], qh[EPL], g[KDA ? EPL : 1], beta, vr[ROWS];
-  const auto load_token = [&]() {
-    load_key(static_cast<const Act *>(p.tokens.k) + tok * p.tokens.k_stride + int64_t(h) * K + kc, p.base.qk_l2norm != 0, kh);
-    load_key(static_cast<const Act *>(p.tokens.q) + tok * p.tokens.q_stride + int64_t(h) * K + kc, p.base.qk_l2norm != 0, qh);
-    RSSM_UNROLL
-    for (int j = 0; j < EPL; ++j) qh[j] = qh[j] * p.tokens.scale;
-    const GateSource gate = GateSource::of(p.tokens, p.base.HV);
-    token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, beta);
-    const Act *v = static_cast<const Act *>(p.tokens.v) + tok * p.tokens.v_stride + int64_t(hv) * p.base.V + row0;
-    RSSM_UNROLL
-    for (int r = 0; r < ROWS; ++r) vr[r] = row_ok[r] ? to_float(v[r]) : 0.0f;
+  float g[KDA ? EPL : 1], beta;
+  const auto compute_token = [&]() {
+    token_in.share(p, tok, hv, token);
+    if constexpr (KDA)
+      beta = token_beta(gate, b_in);
+    else
+      token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, beta);
   };
-  if constexpr (PREFETCH) load_token();
+  if constexpr (PREFETCH) compute_token();
   replay_pending<EPL, ROWS, KDA>(geo, p.base.layer, slot, hv, row0, row_ok, m, s);
-  if constexpr (!PREFETCH) load_token();
-  const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
+  if constexpr (!PREFETCH) {
+    load_token();
+    compute_token();
+  }
+  __syncthreads();
+  float kh[EPL], qh[EPL];
+  Decay<EPL, KDA> decay;
+  RSSM_UNROLL
+  for (int j = 0; j < EPL; ++j) {
+    kh[j] = token.kh[kc + j];
+    qh[j] = token.qh[kc + j];
+  }
+  if constexpr (KDA) {
+    RSSM_UNROLL
+    for (int j = 0; j < EPL; ++j) {
+      g[j] = token.g[kc + j];
+      decay.d[j] = token.decay[kc + j];
+    }
+  } else {
+    decay = decay_from_log<EPL, KDA>(g);
+  }
 
   float u[ROWS];
   delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, beta, vr, u);

@@ -31,13 +31,19 @@ __device__ __forceinline__ float gate_log_decay(float a, float dt_bias, float A_
 // design §3 step 2.
 __device__ __forceinline__ float gate_beta(float b) { return 1.0f / (1.0f + expf(-b)); }
 
-// design §3 step 3, division form with eps inside the root. Whole warp.
-template <int EPL> __device__ __forceinline__ void l2_normalize(float (&x)[EPL]) {
+// design §3 step 3's norm, sqrt(sum x^2 + eps) over the whole key: this lane's EPL channels,
+// then the butterfly. Whole warp.
+template <int EPL> __device__ __forceinline__ float l2_norm(const float (&x)[EPL]) {
   float ss[1] = {0.0f};
   RSSM_UNROLL
   for (int j = 0; j < EPL; ++j) ss[0] = fmaf(x[j], x[j], ss[0]);
   warp_sum(ss);
-  const float norm = sqrtf(ss[0] + 1e-6f);
+  return sqrtf(ss[0] + 1e-6f);
+}
+
+// design §3 step 3, division form with eps inside the root. Whole warp.
+template <int EPL> __device__ __forceinline__ void l2_normalize(float (&x)[EPL]) {
+  const float norm = l2_norm(x);
   RSSM_UNROLL
   for (int j = 0; j < EPL; ++j) x[j] = x[j] / norm;
 }
@@ -78,6 +84,55 @@ struct GateSource {
     return GateSource{t.a, t.b, t.A_log, t.dt_bias, t.g, t.beta, t.a_stride, t.b_stride, HV, t.lower_bound};
   }
 };
+
+// KDA's gate for the N channels c[i] of token `tok`, value head `hv` (raw or precomputed), its inputs
+// loaded apart from the gate so that kernel D can issue them first of all (token_gate, for the
+// token loops of R, V and F, loads and computes in one go). dt_bias and A_log are read
+// unconditionally from an array valid in either form (the precomputed g stands in for them when
+// the gate is precomputed, and the value is dropped): read under the form's condition, ptxas
+// issued them after the form's branch, one round trip late. The float operations are
+// token_gate's, so the bits are.
+template <int N, class Act> struct KdaGateInputs {
+  float a_raw[N], dt_bias[N], A_log;
+
+  __device__ __forceinline__ void load(const GateSource &src, int64_t tok, int hv, int K, const int (&c)[N]) {
+    const int64_t head = int64_t(hv) * K;
+    const bool raw = src.g == nullptr;
+    const Act *a = static_cast<const Act *>(src.a) + tok * src.a_stride + head;
+    const float *dt = raw ? src.dt_bias + head : src.g + head;
+    RSSM_UNROLL
+    for (int i = 0; i < N; ++i) {
+      if (raw) a_raw[i] = to_float(a[c[i]]);
+      dt_bias[i] = dt[c[i]];
+    }
+    A_log = *(raw ? src.A_log + hv : dt);
+  }
+
+  // g of the channels: the gate of the loaded raw inputs, or the precomputed values.
+  __device__ __forceinline__ void gate(const GateSource &src, int64_t tok, int hv, int K, const int (&c)[N],
+                                       float (&g)[N]) const {
+    if (src.g == nullptr) {
+      RSSM_UNROLL
+      for (int i = 0; i < N; ++i) g[i] = gate_log_decay<true>(a_raw[i], dt_bias[i], A_log, src.lower_bound);
+    } else {
+      const float *pre = src.g + (tok * src.HV + hv) * K;
+      RSSM_UNROLL
+      for (int i = 0; i < N; ++i) g[i] = pre[c[i]];
+    }
+  }
+};
+
+// The input of beta for token `tok`, value head `hv`: the raw b, or the precomputed beta. Apart
+// from token_beta so that a caller issues its load before the gate's branches.
+template <class Act> __device__ __forceinline__ float beta_input(const GateSource &src, int64_t tok, int hv) {
+  if (src.g == nullptr) return to_float(static_cast<const Act *>(src.b)[tok * src.b_stride + hv]);
+  return src.beta[tok * src.HV + hv];
+}
+
+// design §3 step 2 on beta_input's value (a precomputed beta passes through).
+__device__ __forceinline__ float token_beta(const GateSource &src, float input) {
+  return src.g == nullptr ? gate_beta(input) : input;
+}
 
 // Log decay g (one value, or this lane's EPL channels for KDA) and beta of token `tok`, value
 // head `hv` (design §3 steps 1-2). These exact values are what the spec ring stores.
