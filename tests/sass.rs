@@ -91,6 +91,11 @@ fn dump(tool: &Path, object: &Path) -> Vec<Function> {
     functions
 }
 
+/// Accesses of exactly `op` (`LDG.E`: 32-bit, not `LDG.E.64`).
+fn count_exact(f: &Function, op: &str) -> u32 {
+    f.ops.get(op).copied().unwrap_or(0)
+}
+
 fn count(f: &Function, prefix: &str) -> u32 {
     f.ops
         .iter()
@@ -155,16 +160,26 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
         if f.family == "verify_staged_kernel" {
             // Its streaming layout (a lane holds min(EPL, 4) consecutive channels of every row
             // of its warp's) reads rows and the staged keys and queries with 16-byte accesses
-            // from K = 128 on, 8-byte at K = 64; it stores the staged outputs as 16-byte vectors.
+            // from K = 128 on, 8-byte at K = 64, 4-byte at K = 32 (a lane's one channel); it
+            // stores the staged outputs as 16-byte vectors.
             let (state, staged) = match f.epl {
                 4 | 8 => (ld128, count(f, "LDS.128")),
                 2 => (ld64, count(f, "LDS.64")),
-                _ => (1, 1),
+                _ => (count_exact(f, "LDG.E"), count_exact(f, "LDS")),
             };
             assert!(state > 0, "verify_staged_kernel EPL {}: no vector state load", f.epl);
             assert!(staged > 0, "verify_staged_kernel EPL {}: no vector shared read", f.epl);
             assert!(st128 > 0, "verify_staged_kernel EPL {}: no 128-bit output store", f.epl);
             continue;
+        }
+        // Kernel D reads the token its block shares (TokenTile) a lane's EPL channels at a time.
+        if f.family.starts_with("decode_") && f.family != "decode_materialize_kernel" {
+            let shared = match f.epl {
+                4 | 8 => count(f, "LDS.128"),
+                2 => count(f, "LDS.64"),
+                _ => count_exact(f, "LDS"),
+            };
+            assert!(shared > 0, "{} EPL {}: no vector read of the shared token", f.family, f.epl);
         }
         let writes = f.family != "verify_kernel";
         match f.epl {
