@@ -179,7 +179,12 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
                 2 => count(f, "LDS.64"),
                 _ => count_exact(f, "LDS"),
             };
-            assert!(shared > 0, "{} EPL {}: no vector read of the shared token", f.family, f.epl);
+            assert!(
+                shared > 0,
+                "{} EPL {}: no vector read of the shared token",
+                f.family,
+                f.epl
+            );
         }
         let writes = f.family != "verify_kernel";
         match f.epl {

@@ -72,6 +72,30 @@ struct WindowSmem {
   int *tree_ok;
 };
 
+// The forward substitution at window position i for one state row, from the row's projections
+// dk = S k_i and dq = S q_i (decays folded in) and its v: u_i = beta_i (v - eg dk) - sum over i's
+// strict ancestors j of A_ij u_j, into u(i), and the output eg dq + sum over i and its ancestors of
+// Sc_ij u_j, returned. `u(j)` is the row's u_j in the caller's registers (a callable: DEFAULT keeps
+// them [position][row], the staged forms per row). Every implementation of V and VF solves
+// through it, in this order.
+// anc_i is w.anc[i], read once by the caller (DEFAULT's output stores between its rows might
+// alias the window, so a read here was repeated per row).
+template <class U>
+__device__ __forceinline__ float window_solve(const WindowSmem &w, int T, int i, uint32_t anc_i, float eg, float v,
+                                             float dk, float dq, U &&u) {
+  constexpr int TMAX = RSSM_MAX_VERIFY_WINDOW;
+  float acc = w.beta[i] * (v - eg * dk);
+  RSSM_UNROLL
+  for (int j = 0; j < TMAX; ++j)
+    if (j < i && ((anc_i >> j) & 1u)) acc = fmaf(-w.A[i * T + j], u(j), acc);
+  u(i) = acc;
+  float out = eg * dq;
+  RSSM_UNROLL
+  for (int j = 0; j < TMAX; ++j)
+    if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(w.Sc[i * T + j], u(j), out);
+  return out;
+}
+
 __device__ __forceinline__ WindowSmem window_smem(float *smem, int T, int K, bool kda) {
   WindowSmem w;
   w.kh = smem;
@@ -268,15 +292,7 @@ __device__ __forceinline__ void verify_rows(const rssm_verify_params &p, const V
     RSSM_UNROLL
     for (int r = 0; r < ROWS; ++r) {
       const Act v_raw = row_ok[r] ? v[tok * p.tokens.v_stride + int64_t(hv) * p.base.V + row0 + r] : from_float<Act>(0.0f);
-      float acc = w.beta[i] * (to_float(v_raw) - eG * dk[r]);
-      RSSM_UNROLL
-      for (int j = 0; j < TMAX; ++j)
-        if (j < i && ((anc_i >> j) & 1u)) acc = fmaf(-w.A[i * T + j], u[j][r], acc);
-      u[i][r] = acc;
-      float out = eG * dq[r];
-      RSSM_UNROLL
-      for (int j = 0; j < TMAX; ++j)
-        if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(w.Sc[i * T + j], u[j][r], out);
+      const float out = window_solve(w, T, i, anc_i, eG, to_float(v_raw), dk[r], dq[r], [&](int j) -> float & { return u[j][r]; });
       if (lane == r && row_ok[r]) {
         o[tok * p.tokens.o_stride + int64_t(hv) * p.base.V + row0 + r] = from_float<Act>(out);
         if (ring_v && ring_base + i < p.ring.window) ring_v[int64_t(i) * p.base.V + r] = v_raw;

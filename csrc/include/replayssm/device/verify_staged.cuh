@@ -90,18 +90,8 @@ __device__ __forceinline__ void staged_row_outputs(const float (&s)[G][E], const
       d[0] += __shfl_xor_sync(kFullMask, d[0], off);
       d[1] += __shfl_xor_sync(kFullMask, d[1], off);
     }
-    const float eg = KDA ? 1.0f : eG[i];
-    const uint32_t anc_i = w.anc[i];  // a chain: every j < i
     const float vi = ok ? v_s[i * RB + local] : 0.0f;
-    float acc = w.beta[i] * (vi - eg * d[0]);
-    RSSM_UNROLL
-    for (int j = 0; j < TMAX; ++j)
-      if (j < i && ((anc_i >> j) & 1u)) acc = fmaf(-w.A[i * T + j], u[j], acc);
-    u[i] = acc;
-    float out = eg * d[1];
-    RSSM_UNROLL
-    for (int j = 0; j < TMAX; ++j)
-      if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(w.Sc[i * T + j], u[j], out);
+    const float out = window_solve(w, T, i, w.anc[i], KDA ? 1.0f : eG[i], vi, d[0], d[1], [&](int j) -> float & { return u[j]; });
     if (l8 == 0 && ok) o_s[i * RB + local] = out;
   }
 }
@@ -223,18 +213,8 @@ __device__ __forceinline__ void staged_row_solve(const WindowSmem &w, const floa
   for (int i = 0; i < TMAX; ++i) {
     if (i >= len) break;
     const float dk = proj[(2 * i) * pitch + local], dq = proj[(2 * i + 1) * pitch + local];
-    const float eg = KDA ? 1.0f : eG[i];
-    const uint32_t anc_i = w.anc[i];  // a chain: every j < i
-    float acc = w.beta[i] * (v_s[i * RB + local] - eg * dk);
-    RSSM_UNROLL
-    for (int j = 0; j < TMAX; ++j)
-      if (j < i && ((anc_i >> j) & 1u)) acc = fmaf(-w.A[i * T + j], u[j], acc);
-    u[i] = acc;
-    float out = eg * dq;
-    RSSM_UNROLL
-    for (int j = 0; j < TMAX; ++j)
-      if (j == i || (j < i && ((anc_i >> j) & 1u))) out = fmaf(w.Sc[i * T + j], u[j], out);
-    proj[i * pitch + local] = out;
+    proj[i * pitch + local] = window_solve(w, T, i, w.anc[i], KDA ? 1.0f : eG[i], v_s[i * RB + local], dk, dq,
+                                              [&](int j) -> float & { return u[j]; });
   }
 }
 
