@@ -16,7 +16,8 @@ struct LaunchDecode {
     }
     const auto kernel = p.base.impl == RSSM_IMPL_PREFETCH ? &rssm::decode_prefetch_kernel<EPL, Act, KDA>
                                                           : &rssm::decode_kernel<EPL, Act, KDA>;
-    return rssm::launch_rows(kernel, rssm::row_grid(p.base, rows), 0, stream, p);
+    const size_t smem = sizeof(float) * rssm::decode_smem_floats(32 * EPL, KDA);
+    return rssm::launch_rows(kernel, rssm::row_grid(p.base, rows), smem, stream, p);
   }
 };
 

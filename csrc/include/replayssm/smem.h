@@ -47,6 +47,10 @@ inline RSSM_HOST_DEVICE int64_t verify_staged_smem_floats(int T, int K, bool kda
 inline RSSM_HOST_DEVICE int64_t verify_fold_staged_smem_floats(int T, int W, int K, bool kda, int rows) {
   return staged_tiles_floats(T, K, kda, rows) + int64_t(W) * (K + (kda ? K : 1) + 1 + rows);
 }
+// Kernel D (both implementations): the token its block shares (decode.cuh's TokenTile), k^ and
+// q^ [K] and, for KDA, g and exp(g) [K].
+inline RSSM_HOST_DEVICE int64_t decode_smem_floats(int K, bool kda) { return int64_t(kda ? 4 : 2) * K; }
+
 // RSSM_IMPL_PREFETCH of F and P: per ring record its normalised key, decay factors, beta and the
 // v values of the block's 16 rows.
 inline RSSM_HOST_DEVICE int64_t replay_prefetch_smem_floats(int window, int K, bool kda) {

@@ -65,9 +65,15 @@ __device__ __forceinline__ void replay_pending(const DecodeGeometry &geo, int la
 // does) and the float operations of load_key, token_gate and decay_from_log, so the values are
 // those a warp computes alone, bit for bit; a warp does a quarter of the divisions, gates and
 // exponentials it did alone. (GDN's gate is one value per token: every warp computes it itself.)
+// The tile is dynamic shared memory (smem.h's decode_smem_floats), which the emulator poisons at
+// every block start: a channel read before the barrier or never written reads NaN there.
 template <int EPL, bool KDA> struct TokenTile {
   static constexpr int K = kWarpSize * EPL;
-  float kh[K], qh[K], g[KDA ? K : 1], decay[KDA ? K : 1];
+  float *kh, *qh, *g, *decay;  // [K] each; g and decay KDA only
+
+  __device__ __forceinline__ static TokenTile at(float *smem) {
+    return {smem, smem + K, KDA ? smem + 2 * K : nullptr, KDA ? smem + 3 * K : nullptr};
+  }
 };
 
 // What one thread reads for its share of the TokenTile, loaded apart from the computation so
@@ -75,6 +81,7 @@ template <int EPL, bool KDA> struct TokenTile {
 template <int EPL, class Act, bool KDA> struct TokenInputs {
   static constexpr int K = kWarpSize * EPL;
   static constexpr int N = (K + RowTiling::kThreads - 1) / RowTiling::kThreads;  // channels per thread
+  static_assert(ReplayTiling<EPL>::kThreads == RowTiling::kThreads, "kernel D's blocks are RowTiling's");
   int c[N];  // past K (K < 128) a thread reads a valid channel and stores nothing
   float kv[EPL], qv[EPL], kx[N], qx[N];
   KdaGateInputs<N, Act> gate;
@@ -96,9 +103,9 @@ template <int EPL, class Act, bool KDA> struct TokenInputs {
   }
 
   // Computes this thread's channels into `t`. Whole warp (the norms).
-  __device__ __forceinline__ void share(const rssm_decode_params &p, int64_t tok, int hv, TokenTile<EPL, KDA> &t) {
+  __device__ __forceinline__ void share(const rssm_decode_params &p, const TokenTile<EPL, KDA> &t) {
     float g[N];
-    if constexpr (KDA) gate.gate(GateSource::of(p.tokens, p.base.HV), tok, hv, K, c, g);
+    if constexpr (KDA) gate.gate(GateSource::of(p.tokens, p.base.HV), g);
     if (p.base.qk_l2norm != 0) {
       const float nk = l2_norm(kv), nq = l2_norm(qv);
       RSSM_UNROLL
@@ -183,36 +190,38 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   }
   const bool flush = m == L - 1 || (p.force_flush != nullptr && p.force_flush[b] != 0);
 
-  // The token's channels are shared by the block (TokenTile); a warp past the last row computes
-  // its share and meets the barrier, but owns no state.
-  __shared__ TokenTile<EPL, KDA> token;
-  if (row0 >= p.base.V) {
-    if constexpr (!PREFETCH) load_token();
-    token_in.share(p, tok, hv, token);
-    __syncthreads();
-    return;
-  }
-  const DecodeGeometry geo{p.base.state, p.ring_d, p.ring_k, p.ring_g, p.base.num_slots, L, p.base.H, p.base.HV, K, p.base.V,
-                           p.base.state_slot_stride, p.base.state_layer_stride};
-  float *state = geo.state_rows(p.base.layer, slot, hv, row0) + kc;
+  // The token's channels are shared by the block (TokenTile). A warp past the last row owns no
+  // state but computes its share and meets the block's one barrier (__syncthreads is aligned: every
+  // warp must reach the same one).
+  RSSM_DYNAMIC_SMEM(float, token_smem);
+  const TokenTile<EPL, KDA> token = TokenTile<EPL, KDA>::at(token_smem);
+  const bool owns_rows = row0 < p.base.V;
   float s[ROWS][EPL];
-  load_rows(state, K, row_ok, s);
-
   float g[KDA ? EPL : 1], beta;
   const auto compute_token = [&]() {
-    token_in.share(p, tok, hv, token);
+    token_in.share(p, token);
     if constexpr (KDA)
       beta = token_beta(gate, b_in);
     else
       token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, beta);
   };
-  if constexpr (PREFETCH) compute_token();
-  replay_pending<EPL, ROWS, KDA>(geo, p.base.layer, slot, hv, row0, row_ok, m, s);
-  if constexpr (!PREFETCH) {
-    load_token();
-    compute_token();
+  const DecodeGeometry geo{p.base.state, p.ring_d, p.ring_k, p.ring_g, p.base.num_slots, L, p.base.H, p.base.HV, K, p.base.V,
+                           p.base.state_slot_stride, p.base.state_layer_stride};
+  float *state = geo.state_rows(p.base.layer, slot, hv, row0) + kc;
+  if (owns_rows) {
+    load_rows(state, K, row_ok, s);
+    if constexpr (PREFETCH) compute_token();
+    replay_pending<EPL, ROWS, KDA>(geo, p.base.layer, slot, hv, row0, row_ok, m, s);
+    if constexpr (!PREFETCH) {
+      load_token();
+      compute_token();
+    }
+  } else {
+    if constexpr (!PREFETCH) load_token();
+    token_in.share(p, token);
   }
   __syncthreads();
+  if (!owns_rows) return;
   float kh[EPL], qh[EPL];
   Decay<EPL, KDA> decay;
   RSSM_UNROLL
@@ -260,13 +269,14 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   }
 }
 
+// (The min-blocks hint of 1 keeps ptxas from a heuristic register cap that spilled: the prefetch
+// kernel at K = 128, KDA, and both at K = 256, KDA, once the block's warps shared one barrier;
+// tests/resources.rs guards it.)
 template <int EPL, class Act, bool KDA>
-__global__ void __launch_bounds__(RowTiling::kThreads) decode_kernel(const rssm_decode_params p) {
+__global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_kernel(const rssm_decode_params p) {
   decode_rows<EPL, Act, KDA, false>(p);
 }
 
-// (The min-blocks hint of 1 keeps ptxas from a heuristic register cap that spilled at K = 128,
-// KDA; tests/resources.rs guards it.)
 template <int EPL, class Act, bool KDA>
 __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_prefetch_kernel(const rssm_decode_params p) {
   decode_rows<EPL, Act, KDA, true>(p);

@@ -87,38 +87,31 @@ struct GateSource {
 
 // KDA's gate for the N channels c[i] of token `tok`, value head `hv` (raw or precomputed), its inputs
 // loaded apart from the gate so that kernel D can issue them first of all (token_gate, for the
-// token loops of R, V and F, loads and computes in one go). dt_bias and A_log are read
-// unconditionally from an array valid in either form (the precomputed g stands in for them when
-// the gate is precomputed, and the value is dropped): read under the form's condition, ptxas
-// issued them after the form's branch, one round trip late. The float operations are
-// token_gate's, so the bits are.
+// token loops of R, V and F, loads and computes in one go). The second input is dt_bias (raw) or
+// the precomputed g itself, and A_log is read from whichever array that is (then dropped): read
+// under the form's condition, ptxas issued them after the form's branch, one round trip late. The
+// float operations are token_gate's, so the bits are.
 template <int N, class Act> struct KdaGateInputs {
-  float a_raw[N], dt_bias[N], A_log;
+  float a_raw[N], dt_or_g[N], A_log;
 
   __device__ __forceinline__ void load(const GateSource &src, int64_t tok, int hv, int K, const int (&c)[N]) {
     const int64_t head = int64_t(hv) * K;
     const bool raw = src.g == nullptr;
-    const Act *a = static_cast<const Act *>(src.a) + tok * src.a_stride + head;
-    const float *dt = raw ? src.dt_bias + head : src.g + head;
+    const Act *a = raw ? static_cast<const Act *>(src.a) + tok * src.a_stride + head : nullptr;
+    const float *second = raw ? src.dt_bias + head : src.g + tok * src.HV * K + head;
     RSSM_UNROLL
     for (int i = 0; i < N; ++i) {
       if (raw) a_raw[i] = to_float(a[c[i]]);
-      dt_bias[i] = dt[c[i]];
+      dt_or_g[i] = second[c[i]];
     }
-    A_log = *(raw ? src.A_log + hv : dt);
+    A_log = *(raw ? src.A_log + hv : second);
   }
 
   // g of the channels: the gate of the loaded raw inputs, or the precomputed values.
-  __device__ __forceinline__ void gate(const GateSource &src, int64_t tok, int hv, int K, const int (&c)[N],
-                                       float (&g)[N]) const {
-    if (src.g == nullptr) {
-      RSSM_UNROLL
-      for (int i = 0; i < N; ++i) g[i] = gate_log_decay<true>(a_raw[i], dt_bias[i], A_log, src.lower_bound);
-    } else {
-      const float *pre = src.g + (tok * src.HV + hv) * K;
-      RSSM_UNROLL
-      for (int i = 0; i < N; ++i) g[i] = pre[c[i]];
-    }
+  __device__ __forceinline__ void gate(const GateSource &src, float (&g)[N]) const {
+    RSSM_UNROLL
+    for (int i = 0; i < N; ++i)
+      g[i] = src.g == nullptr ? gate_log_decay<true>(a_raw[i], dt_or_g[i], A_log, src.lower_bound) : dt_or_g[i];
   }
 };
 
