@@ -181,6 +181,18 @@ pub fn check_batch(batch: usize) -> Result<()> {
     Ok(())
 }
 
+/// A bookkeeping launch's rows (defer, the buffered cursors): `1..=MAX_BATCH` slots.
+pub fn check_bookkeeping_rows(rows: usize) -> Result<()> {
+    if rows == 0 || rows > crate::limits::MAX_BATCH {
+        return Err(Error::Shape {
+            tensor: "slots",
+            expected: format!("[B] with 1 <= B <= {}", crate::limits::MAX_BATCH),
+            got: format!("[{rows}]"),
+        });
+    }
+    Ok(())
+}
+
 /// Checks slot indices: `-1` or `0..num_slots`, live slots distinct.
 pub fn check_slots(slots: &[i32], batch: usize, num_slots: usize) -> Result<()> {
     check_count("slots", slots.len(), batch, "one per request")?;

@@ -135,6 +135,9 @@ pub struct EngineFlags {
     /// `--linear-replayssm-spec-deferred-fold`: fold each commit inside the next step's verify
     /// (kernel VF) instead of after it (F).
     pub linear_replayssm_spec_deferred_fold: bool,
+    /// `--linear-replayssm-spec-buffered`: keep each request's accepted history in the spec ring
+    /// (kernel VB) and rewrite the checkpoint only when it fills (`--linear-replayssm-cache-len`).
+    pub linear_replayssm_spec_buffered: bool,
     pub linear_replayssm_cache_len: Option<i64>,
     pub disaggregation_mode: PoolRole,
     pub mamba_radix_cache_strategy: RadixCacheStrategy,
@@ -174,6 +177,7 @@ impl Default for EngineFlags {
             enable_linear_replayssm: false,
             enable_linear_replayssm_spec: false,
             linear_replayssm_spec_deferred_fold: false,
+            linear_replayssm_spec_buffered: false,
             linear_replayssm_cache_len: None,
             disaggregation_mode: PoolRole::Local,
             mamba_radix_cache_strategy: RadixCacheStrategy::NoBuffer,
@@ -191,6 +195,10 @@ impl Default for EngineFlags {
 
 /// Default `--linear-replayssm-cache-len` (L) when buffered decode is on and none is given.
 pub const DEFAULT_CACHE_LEN: usize = 8;
+
+/// Default `--linear-replayssm-cache-len` (L) of the buffered speculative mode: room for the
+/// history of a few steps of up to 4 draft tokens before a flush.
+pub const DEFAULT_SPEC_CACHE_LEN: usize = 16;
 
 /// What ReplaySSM does on this server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,6 +244,10 @@ pub struct ResolvedConfig {
     /// Commits are folded inside the next step's verify (kernel VF, a two-window ring and a
     /// pending table: [`crate::state::deferred_ring`]); only with [`Mode::Spec`].
     pub deferred_fold: bool,
+    /// The buffered speculative mode's cache length L: accepted records stay in a spec ring of L
+    /// positions (kernel VB, [`crate::state::buffered_ring`]); only with [`Mode::Spec`], never
+    /// with `deferred_fold`.
+    pub spec_buffered: Option<usize>,
     pub decode_backend: KernelFamily,
     pub verify_backend: KernelFamily,
     pub warnings: Vec<String>,
@@ -291,6 +303,22 @@ pub enum GateError {
     DeferredExtraBuffer,
     #[error("P1: a deferred-fold ring needs a pool resolved with --enable-linear-replayssm-spec --linear-replayssm-spec-deferred-fold. Got a pool {got}. Resolve the pool with both flags, or attach a plain spec ring (V + F).")]
     DeferredRingWithoutFlag { got: &'static str },
+    #[error("E1: --linear-replayssm-spec-buffered keeps the accepted history in the spec ring, so it needs --enable-linear-replayssm-spec. Got it without (--enable-linear-replayssm-spec not given). Add --enable-linear-replayssm-spec, or remove --linear-replayssm-spec-buffered.")]
+    BufferedSpecWithoutSpec,
+    #[error("E2: --linear-replayssm-spec-buffered and --linear-replayssm-spec-deferred-fold are two ways to defer a commit (a history of L records against one pending window). Got both. Choose one.")]
+    BufferedSpecAndDeferred,
+    #[error("E3: --linear-replayssm-spec-buffered verifies linear chains (kernel VB); a draft tree's accepted path would need its history kept as paths. Got {tree}. Use --speculative-eagle-topk 1 (a chain), or remove --linear-replayssm-spec-buffered (trees: VT + FT).")]
+    BufferedSpecTree { tree: String },
+    #[error("E4: --linear-replayssm-spec-buffered leaves accepted records in the ring between steps, which a disaggregated pool does not transfer. Got --disaggregation-mode='{mode}'. Remove --disaggregation-mode (or set null), or remove --linear-replayssm-spec-buffered.")]
+    BufferedSpecDisaggregated { mode: &'static str },
+    #[error("E5: --linear-replayssm-spec-buffered places each window after its request's history; --ragged-verify-mode='{mode}' writes windows it cannot place. Use --ragged-verify-mode static, or remove --linear-replayssm-spec-buffered.")]
+    BufferedSpecRaggedVerify { mode: &'static str },
+    #[error("E6: --linear-replayssm-spec-buffered leaves accepted records in each slot's ring between steps, and --mamba-radix-cache-strategy='extra_buffer' copies checkpoints between slots outside the step, which would copy a state that misses them. Use --mamba-radix-cache-strategy no_buffer, or remove --linear-replayssm-spec-buffered.")]
+    BufferedSpecExtraBuffer,
+    #[error("E7: --linear-replayssm-cache-len={got} is refused for --linear-replayssm-spec-buffered: {why}.")]
+    BufferedSpecCacheLen { got: i64, why: String },
+    #[error("P1: a buffered spec ring needs a pool resolved with --enable-linear-replayssm-spec --linear-replayssm-spec-buffered. Got a pool {got}. Resolve the pool with both flags, or attach a plain spec ring (V + F).")]
+    BufferedSpecRingWithoutFlag { got: &'static str },
     #[error("--speculative-num-draft-tokens must be at least 1. Got --speculative-num-draft-tokens={got}.")]
     DraftTokens { got: i64 },
     #[error("S1: --enable-linear-replayssm-spec verifies a linear chain with the V kernel, whose window takes at most {limit} draft positions. Got --speculative-num-draft-tokens={got}. Use --speculative-num-draft-tokens {limit} or fewer, or disable --enable-linear-replayssm-spec.")]
@@ -314,10 +342,18 @@ impl GateError {
             GateError::DeferredWithoutSpec => "D1",
             GateError::DeferredRaggedVerify { .. } => "D2",
             GateError::DeferredExtraBuffer => "D3",
+            GateError::BufferedSpecWithoutSpec => "E1",
+            GateError::BufferedSpecAndDeferred => "E2",
+            GateError::BufferedSpecTree { .. } => "E3",
+            GateError::BufferedSpecDisaggregated { .. } => "E4",
+            GateError::BufferedSpecRaggedVerify { .. } => "E5",
+            GateError::BufferedSpecExtraBuffer => "E6",
+            GateError::BufferedSpecCacheLen { .. } => "E7",
             GateError::RingOnDisaggregatedPool { .. }
             | GateError::RingWithoutBufferedDecode
             | GateError::SpecRingWithoutSpec { .. }
-            | GateError::DeferredRingWithoutFlag { .. } => "P1",
+            | GateError::DeferredRingWithoutFlag { .. }
+            | GateError::BufferedSpecRingWithoutFlag { .. } => "P1",
             GateError::DraftTokens { .. } | GateError::ChainTooLong { .. } => "S1",
         }
     }
@@ -350,6 +386,28 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
             return Err(GateError::DraftTokens { got: n });
         }
     }
+    let spec_buffered = f.linear_replayssm_spec_buffered;
+    if spec_buffered {
+        if !spec {
+            return Err(GateError::BufferedSpecWithoutSpec);
+        }
+        if deferred_fold {
+            return Err(GateError::BufferedSpecAndDeferred);
+        }
+        if f.ragged_verify_mode != VerifyLayout::Static {
+            return Err(GateError::BufferedSpecRaggedVerify {
+                mode: f.ragged_verify_mode.flag_value(),
+            });
+        }
+        if f.mamba_radix_cache_strategy == RadixCacheStrategy::ExtraBuffer {
+            return Err(GateError::BufferedSpecExtraBuffer);
+        }
+        if f.disaggregation_mode != PoolRole::Local {
+            return Err(GateError::BufferedSpecDisaggregated {
+                mode: f.disaggregation_mode.flag_value(),
+            });
+        }
+    }
     let topk = f.speculative_eagle_topk;
     let tokens = f.speculative_num_draft_tokens.map(|n| n as usize);
     let draft = match (f.speculative_algorithm, topk) {
@@ -363,6 +421,10 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
             nodes: tokens,
         },
         (Some(_), _) => DraftShape::Chain { tokens },
+    };
+    let spec_buffered = match spec_buffered {
+        false => None,
+        true => Some(buffered_spec_cache_len(f, draft, &mut warnings)?),
     };
     let verify_backend = f
         .linear_attn_verify_backend
@@ -476,7 +538,10 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
         Mode::Spec
     } else {
         if f.linear_replayssm_cache_len.is_some() {
-            warnings.push("--linear-replayssm-cache-len has no effect without --enable-linear-replayssm".into());
+            warnings.push(
+                "--linear-replayssm-cache-len has no effect without --enable-linear-replayssm or --linear-replayssm-spec-buffered"
+                    .into(),
+            );
         }
         Mode::Off
     };
@@ -516,10 +581,47 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
         state_dtype,
         verify_layout: f.ragged_verify_mode,
         deferred_fold,
+        spec_buffered,
         decode_backend: f.linear_attn_decode_backend.clone(),
         verify_backend,
         warnings,
     })
+}
+
+/// E3 and E7: the buffered speculative mode serves linear chains with a ring of L >= 2 T positions
+/// (`limits::buffered_cache_len_outside`, the kernels' rule).
+fn buffered_spec_cache_len(f: &EngineFlags, draft: DraftShape, warnings: &mut Vec<String>) -> Result<usize, GateError> {
+    if let DraftShape::Tree { topk, .. } = draft {
+        let tree = topk.map_or("--speculative-algorithm='NGRAM' (always a tree)".to_string(), |k| {
+            format!("--speculative-eagle-topk={k}")
+        });
+        return Err(GateError::BufferedSpecTree { tree });
+    }
+    let l = match f.linear_replayssm_cache_len {
+        Some(l) => l,
+        None => {
+            warnings.push(format!(
+                "--linear-replayssm-cache-len not given with --linear-replayssm-spec-buffered: using {DEFAULT_SPEC_CACHE_LEN}"
+            ));
+            DEFAULT_SPEC_CACHE_LEN as i64
+        }
+    };
+    // The draft window: what the engine gives, else the longest the verify takes.
+    let t = match draft {
+        DraftShape::Chain { tokens: Some(t) } => t,
+        _ => {
+            let t = MAX_DRAFT_TOKENS.min(l.max(0) as usize / 2).max(1);
+            warnings.push(format!(
+                "--speculative-num-draft-tokens not given with --linear-replayssm-spec-buffered: E7 assumed T = {t} \
+                 (cache_len / 2); a buffered ring for a longer window is refused when it is built"
+            ));
+            t
+        }
+    };
+    match crate::limits::buffered_cache_len_outside(l, t as i64) {
+        Some(why) => Err(GateError::BufferedSpecCacheLen { got: l, why }),
+        None => Ok(l as usize),
+    }
 }
 
 macro_rules! flag_enum_from_str {
@@ -558,6 +660,9 @@ impl ResolvedConfig {
             (Mode::Spec, _) if self.deferred_fold => {
                 "VF deferred fold with V chain verify (strictly-lower window mask); F flushes"
             }
+            (Mode::Spec, _) if self.spec_buffered.is_some() => {
+                "VB buffered verify (history replayed from the ring, strictly-lower window mask); F flushes"
+            }
             (Mode::Spec, DraftShape::Tree { .. }) => {
                 "VT tree verify (strict-ancestor mask) + FT path fold (fold-every-commit)"
             }
@@ -572,6 +677,10 @@ impl std::fmt::Display for ResolvedConfig {
             Mode::Off => "off".to_string(),
             Mode::Buffered { cache_len } => format!("buffered decode (cache_len {cache_len})"),
             Mode::Spec if self.deferred_fold => "spec ring, deferred fold".to_string(),
+            Mode::Spec if self.spec_buffered.is_some() => format!(
+                "spec ring, buffered (cache_len {})",
+                self.spec_buffered.unwrap_or_default()
+            ),
             Mode::Spec => "spec ring".to_string(),
         };
         let draft = match self.draft {

@@ -8,10 +8,11 @@ use std::str::FromStr;
 use crate::config::{EngineFlags, KernelFamily};
 
 /// Every flag the parser takes: (name, takes a value).
-pub const ENGINE_FLAGS: [(&str, bool); 14] = [
+pub const ENGINE_FLAGS: [(&str, bool); 15] = [
     ("--enable-linear-replayssm", false),
     ("--enable-linear-replayssm-spec", false),
     ("--linear-replayssm-spec-deferred-fold", false),
+    ("--linear-replayssm-spec-buffered", false),
     ("--linear-replayssm-cache-len", true),
     ("--disaggregation-mode", true),
     ("--mamba-radix-cache-strategy", true),
@@ -69,6 +70,7 @@ pub fn parse_engine_args<S: AsRef<str>>(args: &[S]) -> Result<EngineFlags, Strin
             match flag {
                 "--enable-linear-replayssm" => f.enable_linear_replayssm = true,
                 "--linear-replayssm-spec-deferred-fold" => f.linear_replayssm_spec_deferred_fold = true,
+                "--linear-replayssm-spec-buffered" => f.linear_replayssm_spec_buffered = true,
                 _ => f.enable_linear_replayssm_spec = true,
             }
             continue;

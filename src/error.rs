@@ -123,6 +123,12 @@ pub enum Error {
         pending: usize,
         action: &'static str,
     },
+    #[error("slot {slot} has {pending} accepted records in its buffered history, not yet in its checkpoint: {action} needs it flushed first (Stream::buffered_flush)")]
+    PendingHistory {
+        slot: usize,
+        pending: usize,
+        action: &'static str,
+    },
     #[error("{what} belongs to another pool: attach the ring to the pool it is used with")]
     ForeignPool { what: &'static str },
     #[error("the decode step was taken before the ring's cursors last changed ({why}): begin a new step")]

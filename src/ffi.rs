@@ -56,3 +56,11 @@ assert_layout!(rssm_verify_fold_params, size = 320, {
 assert_layout!(rssm_defer_params, size = 72, {
     pending = 0, slots = 8, accept_lens = 16, accept_paths = 24, paths = 32, error_word = 40, batch = 48, num_slots = 52, window = 56, path_width = 60, op = 64, reserved = 68,
 });
+
+assert_layout!(rssm_verify_buffered_params, size = 304, {
+    verify = 0, cursors = 296,
+});
+
+assert_layout!(rssm_buffered_params, size = 64, {
+    cursors = 0, slots = 8, accept_lens = 16, flush_lens = 24, error_word = 32, batch = 40, num_slots = 44, cache_len = 48, window = 52, op = 56, reserved = 60,
+});

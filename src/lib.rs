@@ -14,13 +14,15 @@
 //! - [`memory`] (host or device memory: [`Stream`], [`DeviceVec`], device views) and
 //!   [`runtime`] (launch plumbing, CUDA runtime, emulator), which use each other;
 //! - [`checks`]: every host check, on host or device memory;
-//! - [`state`]: [`CheckpointPool`], [`SpecRing`], [`DecodeRing`], [`DeferredRing`]; [`tokens`]:
+//! - [`state`]: [`CheckpointPool`], [`SpecRing`], [`DecodeRing`], [`DeferredRing`],
+//!   [`BufferedRing`]; [`tokens`]:
 //!   the token inputs R, V and D share;
 //! - [`reference`](mod@reference): f32/f64 design §3 maths;
 //! - [`kernels`]: one module per kernel, named like its launcher `csrc/kernels/<name>.cu`:
 //!   [`kernels::recurrent`] (R), [`kernels::verify`] (V), [`kernels::fold`] (F),
 //!   [`kernels::replay`] (P), [`kernels::decode`] (D, materialise), [`kernels::tree`] (VT, FT),
-//!   [`kernels::verify_fold`] (VF, the deferred fold);
+//!   [`kernels::verify_fold`] (VF, the deferred fold), [`kernels::verify_buffered`] (VB, the
+//!   buffered speculative verify);
 //! - [`capi`]: the C ABI (header `include/replayssm.h`), which checks its params and launches
 //!   through `runtime`, not `kernels`; [`interop`]: cudarc views for it.
 //!
@@ -88,6 +90,7 @@ pub use memory::{
     Memory, Stream,
 };
 pub use problem::{HeadDims, Variant};
+pub use state::buffered_ring::BufferedRing;
 pub use state::decode_ring::{DecodeRing, DecodeStep, ForceFlush};
 pub use state::deferred_ring::DeferredRing;
 pub use state::pool::{CheckpointPool, PoolShape};

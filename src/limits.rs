@@ -43,6 +43,23 @@ pub fn cache_len_outside(cache_len: i64) -> Option<String> {
     outside("cache_len", cache_len, 1, MAX_CACHE_LEN as i64)
 }
 
+/// Why the buffered speculative mode refuses cache length `cache_len` (L) for draft windows of
+/// `window` (T) tokens, or `None`: the cache-length rule, and L >= 2 T (a policy: below it the
+/// history holds fewer than T records, so a commit of more than L - T tokens flushes, at L = T
+/// every commit: V + F at more cost). The E7 gate and the kernels' checks word the same rule.
+pub fn buffered_cache_len_outside(cache_len: i64, window: i64) -> Option<String> {
+    cache_len_outside(cache_len).or_else(|| {
+        (cache_len < 2 * window).then(|| {
+            format!(
+                "cache_len = {cache_len} is below 2 T = {}: the buffered ring keeps room for a history of at least T \
+                 records before the next window of T = {window} draft tokens (use --linear-replayssm-spec without \
+                 buffering)",
+                2 * window
+            )
+        })
+    })
+}
+
 /// `true` when the kernels are compiled for key head dim `k`.
 pub fn supported_head_dim(k: usize) -> bool {
     KERNEL_HEAD_DIMS.contains(&k)

@@ -474,6 +474,7 @@ fn random_flags(r: &mut impl Rng) -> EngineFlags {
             .then(|| [StateDtype::Float32, StateDtype::Bfloat16, StateDtype::Float16][pick(r, 3) as usize]),
         ragged_verify_mode: [VerifyLayout::Static, VerifyLayout::CapAccept, VerifyLayout::Compact][pick(r, 3) as usize],
         linear_replayssm_spec_deferred_fold: r.gen_bool(0.3),
+        linear_replayssm_spec_buffered: r.gen_bool(0.3),
         linear_attn_kind: if r.gen_bool(0.5) { Variant::Gdn } else { Variant::Kda },
     }
 }
@@ -508,7 +509,11 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                             }
                             DraftShape::Chain { tokens } => {
                                 assert!(tokens.unwrap_or(0) <= MAX_DRAFT_TOKENS, "chain over the limit: {f:?}");
-                                let first = if cfg.deferred_fold { "VF " } else { "V " };
+                                let first = match (cfg.deferred_fold, cfg.spec_buffered) {
+                                    (true, _) => "VF ",
+                                    (false, Some(_)) => "VB ",
+                                    _ => "V ",
+                                };
                                 assert!(cfg.kernels().starts_with(first), "{f:?}");
                             }
                             DraftShape::None => {}
@@ -518,9 +523,20 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                         assert!(spec_ring.is_ok(), "{f:?}");
                         let deferred = replayssm::DeferredRing::for_pool(&pool, 4, DType::BF16, true);
                         assert_eq!(deferred.is_ok(), cfg.deferred_fold, "{f:?}");
+                        let buffered = replayssm::BufferedRing::for_pool(&pool, 1, DType::BF16, true);
+                        assert_eq!(buffered.is_ok(), cfg.spec_buffered.is_some(), "{f:?}");
+                        if let Some(l) = cfg.spec_buffered {
+                            assert!(!cfg.deferred_fold && cfg.pool_role == PoolRole::Local, "{f:?}");
+                            assert!(!matches!(cfg.draft, DraftShape::Tree { .. }), "{f:?}");
+                            let t = match cfg.draft {
+                                DraftShape::Chain { tokens: Some(t) } => t,
+                                _ => 1,
+                            };
+                            assert!(l >= 2 * t, "{f:?}");
+                        }
                     }
                     Mode::Off => {
-                        assert!(!cfg.deferred_fold, "{f:?}");
+                        assert!(!cfg.deferred_fold && cfg.spec_buffered.is_none(), "{f:?}");
                         assert!(DecodeRing::attach(&pool).is_err());
                         assert!(spec_ring.is_err());
                     }
@@ -536,6 +552,113 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
         ok > 1000 && refused_n > 1000,
         "{ok} accepted, {refused_n} refused: the generator is lopsided"
     );
+}
+
+#[test]
+fn e1_e7_the_buffered_spec_mode_serves_local_static_chains_with_room_for_two_windows() {
+    let buffered = EngineFlags {
+        linear_replayssm_spec_buffered: true,
+        linear_replayssm_cache_len: Some(16),
+        speculative_algorithm: Some(SpecAlgorithm::Nextn),
+        speculative_num_draft_tokens: Some(4),
+        ..spec_flags()
+    };
+    let ok = accepted(&buffered);
+    assert_eq!(
+        (ok.mode, ok.spec_buffered, ok.deferred_fold),
+        (Mode::Spec, Some(16), false)
+    );
+    assert!(ok.kernels().starts_with("VB "), "{}", ok.kernels());
+    assert!(ok.to_string().contains("spec ring, buffered (cache_len 16)"), "{ok}");
+    let default_len = accepted(&EngineFlags {
+        linear_replayssm_cache_len: None,
+        ..buffered.clone()
+    });
+    assert_eq!(
+        default_len.spec_buffered,
+        Some(replayssm::config::DEFAULT_SPEC_CACHE_LEN)
+    );
+    assert!(default_len
+        .warnings
+        .iter()
+        .any(|w| w.contains("--linear-replayssm-cache-len")));
+    refused(
+        &EngineFlags {
+            enable_linear_replayssm_spec: false,
+            ..buffered.clone()
+        },
+        "E1",
+        &["--linear-replayssm-spec-buffered", "--enable-linear-replayssm-spec"],
+    );
+    refused(
+        &EngineFlags {
+            linear_replayssm_spec_deferred_fold: true,
+            ..buffered.clone()
+        },
+        "E2",
+        &["--linear-replayssm-spec-deferred-fold"],
+    );
+    refused(
+        &EngineFlags {
+            speculative_eagle_topk: Some(2),
+            ..buffered.clone()
+        },
+        "E3",
+        &["--speculative-eagle-topk=2"],
+    );
+    refused(
+        &EngineFlags {
+            disaggregation_mode: PoolRole::PdDecode,
+            ..buffered.clone()
+        },
+        "E4",
+        &["--disaggregation-mode='decode'"],
+    );
+    refused(
+        &EngineFlags {
+            ragged_verify_mode: VerifyLayout::Compact,
+            ..buffered.clone()
+        },
+        "E5",
+        &["--ragged-verify-mode='compact'"],
+    );
+    refused(
+        &EngineFlags {
+            mamba_radix_cache_strategy: RadixCacheStrategy::ExtraBuffer,
+            ..buffered.clone()
+        },
+        "E6",
+        &["extra_buffer"],
+    );
+    refused(
+        &EngineFlags {
+            linear_replayssm_cache_len: Some(7),
+            ..buffered.clone()
+        },
+        "E7",
+        &["--linear-replayssm-cache-len=7", "2 T = 8"],
+    );
+    refused(
+        &EngineFlags {
+            linear_replayssm_cache_len: Some(0),
+            ..buffered.clone()
+        },
+        "E7",
+        &["--linear-replayssm-cache-len=0"],
+    );
+    // P1: the ring only on a pool resolved with the mode, with room for two windows.
+    let p = pool(&ok);
+    let ring = replayssm::BufferedRing::for_pool(&p, 4, DType::BF16, true).unwrap();
+    assert_eq!((ring.cache_len(), ring.window()), (16, 4));
+    assert!(matches!(
+        replayssm::BufferedRing::for_pool(&p, 9, DType::BF16, true),
+        Err(Error::BadParam(m)) if m.contains("2 T = 18")
+    ));
+    let e = ring_error(
+        replayssm::BufferedRing::for_pool(&pool(&accepted(&spec_flags())), 4, DType::BF16, true).map(|_| ()),
+    );
+    assert_eq!(e.rule(), "P1");
+    assert!(e.to_string().contains("--linear-replayssm-spec-buffered"), "{e}");
 }
 
 #[test]

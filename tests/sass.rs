@@ -136,6 +136,7 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
         "replay_kernel",
         "verify_fold_kernel",
         "verify_fold_staged_kernel",
+        "verify_buffered_kernel",
         "decode_kernel",
         "decode_prefetch_kernel",
         "decode_materialize_kernel",
@@ -155,7 +156,7 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
         if !state_movers.contains(&f.family.as_str()) {
             continue;
         }
-        // Verify reads the checkpoint only; every other state mover also writes it (VF STAGED's
+        // V and VB read the checkpoint only; every other state mover also writes it (VF STAGED's
         // groups of EPL channels are F's lanes: 16-byte accesses at EPL 4 and 8, 8-byte at 2).
         if f.family == "verify_staged_kernel" {
             // Its streaming layout (a lane holds min(EPL, 4) consecutive channels of every row
@@ -186,7 +187,7 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
                 f.epl
             );
         }
-        let writes = f.family != "verify_kernel";
+        let writes = f.family != "verify_kernel" && f.family != "verify_buffered_kernel";
         match f.epl {
             4 | 8 => {
                 assert!(ld128 > 0, "{} EPL {}: no 128-bit state load", f.family, f.epl);

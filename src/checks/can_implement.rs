@@ -59,4 +59,8 @@ can_implement! {
     rssm_verify_fold_can_implement(rssm_verify_fold_params) => params::verify_fold;
     /// The defer kernel's params.
     rssm_defer_can_implement(rssm_defer_params) => params::defer;
+    /// Kernel VB's params.
+    rssm_verify_buffered_can_implement(rssm_verify_buffered_params) => params::verify_buffered;
+    /// The buffered spec cursors' params.
+    rssm_buffered_can_implement(rssm_buffered_params) => params::buffered;
 }

@@ -209,6 +209,19 @@ pub fn position(field: &str, b: usize, m: i32, s: i32, cache_len: i32) -> Check 
     Ok(())
 }
 
+/// One live row's buffered history `h` (row `b`, slot `s`): it must leave room for a window of
+/// `len` records after it in a ring of `cache_len` positions (`0..=cache_len - len`).
+pub fn history(field: &str, b: usize, h: i32, s: i32, cache_len: i32, len: i32) -> Check {
+    if h < 0 || h > cache_len - len {
+        return Err(bad(format!(
+            "{field}[{b}] = {h} (slot {s}) is outside 0..={} (cache_len {cache_len} - window {len}: the next \
+             window must fit after the history)",
+            cache_len - len
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -748,15 +748,27 @@ pub(crate) fn verify_fold(p: &ffi::rssm_verify_fold_params, reach: impl Into<Rea
     Ok(())
 }
 
+/// What every per-slot bookkeeping kernel's params share (defer, the buffered cursors): an op of
+/// three, a batch of rows, a pool with slots, the slots array.
+fn bookkeeping(op: i32, ops: &str, batch: i32, num_slots: i32, slots: *const i32) -> Check {
+    in_range(op, 0, 2, ops)?;
+    in_range(batch, 1, ffi::RSSM_MAX_BATCH as i32, "batch")?;
+    at_least(num_slots as i64, 1, "num_slots")?;
+    nonnull(slots, "slots")
+}
+
 /// The checks of `rssm_defer`'s params (the Rust wrapper's launch).
 pub(crate) fn defer(p: &ffi::rssm_defer_params, reach: impl Into<Reach>) -> Check {
     let reach: Reach = reach.into();
-    in_range(p.op, 0, 2, "op (0 = COMMIT, 1 = GATHER, 2 = RESET)")?;
-    in_range(p.batch, 1, ffi::RSSM_MAX_BATCH as i32, "batch")?;
-    at_least(p.num_slots as i64, 1, "num_slots")?;
+    bookkeeping(
+        p.op,
+        "op (0 = COMMIT, 1 = GATHER, 2 = RESET)",
+        p.batch,
+        p.num_slots,
+        p.slots,
+    )?;
     in_range(p.window, 1, ffi::RSSM_MAX_VERIFY_WINDOW as i32, "window (W)")?;
     nonnull(p.pending, "pending")?;
-    nonnull(p.slots, "slots")?;
     let commit = p.op == ffi::rssm_defer_op_RSSM_DEFER_COMMIT as i32;
     if commit {
         match (p.accept_lens.is_null(), p.accept_paths.is_null()) {
@@ -789,6 +801,96 @@ pub(crate) fn defer(p: &ffi::rssm_defer_params, reach: impl Into<Reach>) -> Chec
                 // SAFETY: as above.
                 indices::paths(&unsafe { host_ints(p.accept_paths, b * pw) }, pw, &slots, p.window)?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// The buffered speculative mode's ring length `cache_len` (L) for draft windows of `window` (T)
+/// tokens (`limits::buffered_cache_len_outside`).
+pub fn buffered_cache_len(cache_len: i64, window: i64) -> Check {
+    match crate::limits::buffered_cache_len_outside(cache_len, window) {
+        Some(why) => Err(bad(why)),
+        None => Ok(()),
+    }
+}
+
+/// The checks of `rssm_verify_buffered`'s params (the Rust wrapper's launch): V's on the verify
+/// (DEFAULT, linear chains, the ring required), the ring of L positions and the cursors.
+pub(crate) fn verify_buffered(p: &ffi::rssm_verify_buffered_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
+    let v = &p.verify;
+    let b = &v.base;
+    if b.impl_ != 0 || b.block_rows != 0 {
+        return Err(bad(format!(
+            "impl = {}, block_rows = {}: VB has one implementation (0, 0)",
+            b.impl_, b.block_rows
+        )));
+    }
+    verify(v, reach)?;
+    if v.ring.v.is_null() {
+        return Err(bad(
+            "VB writes the new window after the history: set ring.v, ring.k, ring.g, ring.beta",
+        ));
+    }
+    if !v.parent.is_null() {
+        return Err(bad(
+            "parent is set: VB verifies linear chains (tree drafts keep their history as paths: use VT + FT)",
+        ));
+    }
+    cache_len(v.ring.window.into())?;
+    nonnull(p.cursors, "cursors")?;
+    if reach.host_indices {
+        // SAFETY: the documented extents: slots [batch], cu_seqlens [batch + 1], cursors [num_slots].
+        let (slots, cu) =
+            unsafe { token_rows(b.slots, v.cu_seqlens, b.batch, b.num_slots, v.num_tokens, v.max_seqlen)? };
+        for (row, &s) in slots.iter().enumerate().filter(|(_, &s)| s >= 0) {
+            // SAFETY: as above; only live rows' cursors are read.
+            let h = unsafe { std::ptr::read_unaligned(p.cursors.add(s as usize)) };
+            indices::history("cursors[slots]", row, h, s, v.ring.window, cu[row + 1] - cu[row])?;
+        }
+    }
+    Ok(())
+}
+
+/// The checks of `rssm_buffered`'s params (the Rust wrapper's launch).
+pub(crate) fn buffered(p: &ffi::rssm_buffered_params, reach: impl Into<Reach>) -> Check {
+    let reach: Reach = reach.into();
+    bookkeeping(
+        p.op,
+        "op (0 = COMMIT, 1 = FLUSH, 2 = RESET)",
+        p.batch,
+        p.num_slots,
+        p.slots,
+    )?;
+    draft_tokens(p.window.into())?;
+    buffered_cache_len(p.cache_len.into(), p.window.into())?;
+    nonnull(p.cursors, "cursors")?;
+    let (commit, reset) = (
+        p.op == ffi::rssm_buffered_op_RSSM_BUFFERED_COMMIT as i32,
+        p.op == ffi::rssm_buffered_op_RSSM_BUFFERED_RESET as i32,
+    );
+    if commit {
+        nonnull(p.accept_lens, "accept_lens")?;
+    }
+    if !reset {
+        nonnull(p.flush_lens, "flush_lens")?;
+    }
+    if reach.host_indices {
+        // SAFETY: the documented extents: slots, accept_lens and flush_lens [batch], cursors
+        // [num_slots].
+        let slots = unsafe { live_slots(p.slots, p.batch, p.num_slots)? };
+        if !reset {
+            for (row, &s) in slots.iter().enumerate().filter(|(_, &s)| s >= 0) {
+                // SAFETY: as above; only live rows' cursors are read.
+                let h = unsafe { std::ptr::read_unaligned(p.cursors.add(s as usize)) };
+                indices::history("cursors[slots]", row, h, s, p.cache_len, p.window)?;
+            }
+        }
+        if commit {
+            // SAFETY: as above.
+            let lens = unsafe { host_ints(p.accept_lens, p.batch as usize) };
+            indices::lengths("accept_lens", &lens, &slots, p.window)?;
         }
     }
     Ok(())

@@ -10,4 +10,5 @@ pub mod recurrent;
 pub mod replay;
 pub mod tree;
 pub mod verify;
+pub mod verify_buffered;
 pub mod verify_fold;

@@ -155,6 +155,18 @@ pub(crate) fn verify_kernel<M: Memory>(
     check_status("verify", exec.backend, st)
 }
 
+/// A window ring's own limit (VF's W, VB's T): refused when a request has more draft positions
+/// than `window`; `ring` names the ring in the message.
+pub(crate) fn check_window_within(plan: &VerifyPlan, window: usize, ring: &str) -> Result<()> {
+    if plan.max_seqlen > window {
+        return Err(Error::InvalidValue {
+            what: "verify window",
+            why: format!("a request has {} draft positions; {ring} {window}", plan.max_seqlen),
+        });
+    }
+    Ok(())
+}
+
 /// The params of a verify launch (V, and the verify half of VF) with the DEFAULT implementation;
 /// `state` is the pool's checkpoint pointer as the caller lent it.
 #[allow(clippy::too_many_arguments)]

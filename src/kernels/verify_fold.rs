@@ -23,7 +23,9 @@ use crate::ffi;
 use crate::kernels::fold::{fold_commit, DeviceAccepted};
 use crate::kernels::replay::{replay_reference, Commit, Track};
 use crate::kernels::tree::{AcceptedPaths, DraftTree};
-use crate::kernels::verify::{validate_verify, verify_params, verify_reference, write_ring_reference_at, VerifyPlan};
+use crate::kernels::verify::{
+    check_window_within, validate_verify, verify_params, verify_reference, write_ring_reference_at, VerifyPlan,
+};
 use crate::memory::{Device, DeviceActViewMut, DeviceSlice, DeviceSliceMut, Memory, SliceRef, Stream};
 use crate::runtime::launch::{check_status, launch, on_host, Exec};
 use crate::state::deferred_ring::DeferredRing;
@@ -40,16 +42,7 @@ pub fn check_verify_fold<M: Memory>(
     track: Option<&Track<'_, M>>,
 ) -> Result<()> {
     dring.check_pool(pool)?;
-    if plan.max_seqlen > dring.window() {
-        return Err(Error::InvalidValue {
-            what: "verify window",
-            why: format!(
-                "a request has {} draft positions; the deferred-fold ring holds windows of W = {}",
-                plan.max_seqlen,
-                dring.window()
-            ),
-        });
-    }
+    check_window_within(plan, dring.window(), "the deferred-fold ring holds windows of W =")?;
     if let Some(t) = track {
         check_count("track_slots", t.slots.len(), plan.batch, "one per request")?;
         check_count("track_steps", t.steps.len(), plan.batch, "one per request")?;
@@ -225,13 +218,7 @@ fn defer_kernel(
     fill: impl FnOnce(&Exec, &mut ffi::rssm_defer_params) -> Result<()>,
 ) -> Result<()> {
     let exec = Exec::on(stream);
-    if slots.is_empty() || slots.len() > crate::limits::MAX_BATCH {
-        return Err(Error::Shape {
-            tensor: "slots",
-            expected: format!("[B] with 1 <= B <= {}", crate::limits::MAX_BATCH),
-            got: format!("[{}]", slots.len()),
-        });
-    }
+    crate::checks::check_bookkeeping_rows(slots.len())?;
     let mut params = ffi::rssm_defer_params {
         pending: exec.store_mut("pending table", &mut dring.pending)?,
         slots: exec.slice("slots", slots)?,

@@ -2,6 +2,7 @@
 //! inputs (verify writes it, fold replays it) and the buffered-decode ring, each built from a
 //! resolved configuration so that the capability gates hold by construction.
 
+pub mod buffered_ring;
 pub mod decode_ring;
 pub mod deferred_ring;
 pub mod pool;

@@ -39,6 +39,38 @@ pub fn step_bytes(d: &HeadDims, act: DType, batch: usize, t: usize, accepted: us
     }
 }
 
+/// The buffered speculative step (kernel VB, design §4 VB) over a cycle of flushes, with `a`
+/// tokens accepted per step (0..=T) and cache length `l` (L >= 2 T): a slot's history grows by `a`
+/// per step and flushes at the commit that leaves no room for the next window, so a cycle is
+/// `c = floor((L - T) / a) + 1` steps (one step when nothing is accepted). Per verify (one layer):
+/// the checkpoint, the history read (on average `a (c - 1) / 2` records), the window's T records
+/// written, the inputs and outputs; per cycle the flush reads and writes the checkpoint and reads
+/// `c a` records. Returns `(verify per layer, flush per layer)` averaged per step.
+pub fn buffered_step_bytes(d: &HeadDims, act: DType, batch: usize, t: usize, l: usize, a: usize) -> (f64, f64) {
+    let state = (d.state_elems() * 4) as f64;
+    let e = ring_record_bytes(d, act) as f64;
+    let io = (t * (2 * d.h * d.k + 2 * d.hv * d.v + 2 * d.hv) * act.size()) as f64;
+    // Nothing accepted: one step per "cycle", nothing to flush.
+    let c = l.saturating_sub(t).checked_div(a).map_or(1.0, |k| (k + 1) as f64);
+    let (af, tf, b) = (a as f64, t as f64, batch as f64);
+    let verify = b * (state + af * (c - 1.0) / 2.0 * e + tf * e + io);
+    let flush = if a == 0 {
+        0.0
+    } else {
+        b * (2.0 * state + c * af * e) / c
+    };
+    (verify, flush)
+}
+
+/// The cache lengths of the buffered rows: (L, one layer's VB, the whole step); a row needs
+/// L >= 2 T.
+pub const BUFFERED_CACHE_LENS: [(usize, &str, &str); 4] = [
+    (8, "VB-L8", "step-VB-L8"),
+    (16, "VB-L16", "step-VB-L16"),
+    (32, "VB-L32", "step-VB-L32"),
+    (64, "VB-L64", "step-VB-L64"),
+];
+
 /// Bytes of one buffered-decode record (design §4 D, f32 ring): `u [HV, V]`, `k̂ [H, K]`, `g`.
 pub fn decode_record_bytes(d: &HeadDims, variant: Variant) -> usize {
     (d.hv * d.v + d.h * d.k + d.hv * d.gate_width(variant)) * 4
@@ -120,14 +152,16 @@ pub const WINDOWS: [usize; 4] = [2, 4, 6, 8];
 pub struct KernelFloor {
     /// `R-decode`, `R-window`, `V`, `F`, `P`, `VF`, `D-nonflush`, `D-flush`, `D-cycle`, `copy`,
     /// and the whole speculative step over every layer: `step-R` (R-window per layer + copy),
-    /// `step-V+F` (V per layer + F), `step-VF` (VF per layer).
+    /// `step-V+F` (V per layer + F), `step-VF` (VF per layer), `step-VB-L<l>` (VB per layer and
+    /// F's flush amortised over its cycle, cache length `l`), and one layer's `VB-L<l>` (its
+    /// average history read, no flush).
     pub kernel: &'static str,
     /// What one launch (F: all layers; the others: one layer) must move at least, in bytes.
     pub bytes: f64,
 }
 
 /// The floors of every kernel for `shape` at batch `b` and window `t` (all `t` tokens accepted
-/// for F and P; cache length `L = t` for D), activations in `act`.
+/// for F, P and VB's steps; cache length `L = t` for D), activations in `act`.
 pub fn kernel_floors(shape: &ModelShape, act: DType, b: usize, t: usize) -> Vec<KernelFloor> {
     let d = &shape.dims;
     let bf = b as f64;
@@ -194,6 +228,26 @@ pub fn kernel_floors(shape: &ModelShape, act: DType, b: usize, t: usize) -> Vec<
             bytes: nl * sb.verify_fold as f64,
         },
     ]
+    .into_iter()
+    .chain(
+        BUFFERED_CACHE_LENS
+            .iter()
+            .filter(|&&(cl, ..)| cl >= 2 * t)
+            .flat_map(|&(cl, layer, step)| {
+                let (verify, flush) = buffered_step_bytes(d, act, b, t, cl, t);
+                [
+                    KernelFloor {
+                        kernel: layer,
+                        bytes: verify,
+                    },
+                    KernelFloor {
+                        kernel: step,
+                        bytes: nl * (verify + flush),
+                    },
+                ]
+            }),
+    )
+    .collect()
 }
 
 /// How many times fewer bytes a step row moves than the recurrent step (`step-R`), for the
@@ -261,6 +315,41 @@ mod tests {
         let vpf = step_ratio(&f, get("step-V+F")).unwrap();
         assert!((2.2..2.4).contains(&vpf), "{vpf}");
         assert!(step_ratio(&f, get("V")).is_none());
+    }
+
+    /// The buffered step at Qwen3.5-122B, B = 128, T = 4, every token accepted: L = 16 flushes
+    /// every 4 steps (history 0, 4, 8, 12 records: 6 read per verify on average), L = 32 every 8.
+    #[test]
+    fn the_buffered_step_reads_the_state_once_and_writes_it_once_a_cycle() {
+        let s = MODEL_SHAPES[1];
+        let d = s.dims;
+        let (state, e) = ((d.state_elems() * 4) as f64, ring_record_bytes(&d, DType::BF16) as f64);
+        let io = (4 * (2 * 16 * 128 + 2 * 64 * 128 + 2 * 64) * 2) as f64;
+        let (v16, f16) = buffered_step_bytes(&d, DType::BF16, 1, 4, 16, 4);
+        assert_eq!(v16, state + 6.0 * e + 4.0 * e + io);
+        assert_eq!(f16, (2.0 * state + 16.0 * e) / 4.0);
+        let (v32, f32_) = buffered_step_bytes(&d, DType::BF16, 1, 4, 32, 4);
+        assert_eq!(v32, state + 14.0 * e + 4.0 * e + io);
+        assert_eq!(f32_, (2.0 * state + 32.0 * e) / 8.0);
+        // Nothing accepted: no history, no flush.
+        assert_eq!(
+            buffered_step_bytes(&d, DType::BF16, 1, 4, 16, 0),
+            (state + 4.0 * e + io, 0.0)
+        );
+        let f = kernel_floors(&s, DType::BF16, 128, 4);
+        let get = |k: &str| f.iter().find(|x| x.kernel == k).unwrap();
+        let (x16, x32) = (
+            step_ratio(&f, get("step-VB-L16")).unwrap(),
+            step_ratio(&f, get("step-VB-L32")).unwrap(),
+        );
+        assert!((4.3..4.6).contains(&x16) && (4.9..5.3).contains(&x32), "{x16} {x32}");
+        let t6 = kernel_floors(&s, DType::BF16, 128, 6);
+        assert!(
+            t6.iter().all(|x| x.kernel != "step-VB-L8"),
+            "L = 8 < 2 T = 12 has no row"
+        );
+        assert!(t6.iter().any(|x| x.kernel == "step-VB-L16"));
+        assert_eq!(get("VB-L16").bytes, 128.0 * v16);
     }
 
     #[test]

@@ -229,7 +229,7 @@ fn floor(bandwidth_tbs: f64, json: bool, dtype: DType) -> output::Result<ExitCod
     let bw = bandwidth_tbs * 1e12;
     if !json {
         outln!(
-            "bytes floor per launch (F: all layers; step-*: a whole speculative step, all layers, every draft token accepted; others: one layer), {} activations, at {} TB/s; x: step-R bytes / this step's:",
+            "bytes floor per launch (F: all layers; step-*: a whole speculative step, all layers, every draft token accepted; step-VB-L<l>: the buffered step with cache length l, its flush amortised over the cycle; others: one layer), {} activations, at {} TB/s; x: step-R bytes / this step's:",
             dtype.name(),
             tbs_text(bandwidth_tbs)
         )?;

@@ -337,8 +337,10 @@ fn floor_prints_the_whole_grid_and_the_hand_worked_verify_floor() {
     let out = bin().args(["floor", "--json", "--bandwidth", "4.0"]).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    // 4 model shapes x 7 batches x 4 windows x 13 rows (9 kernels, the D cycle, 3 whole steps).
-    assert_eq!(text.lines().count(), 4 * 7 * 4 * 13);
+    // 4 model shapes x 7 batches x 4 windows x 13 rows (9 kernels, the D cycle, 3 whole steps),
+    // plus the buffered rows (VB-L<l> and step-VB-L<l>) for each L in {8, 16, 32, 64} with
+    // L >= 2 T: 4 at T = 2 and 4, 3 at T = 6 and 8.
+    assert_eq!(text.lines().count(), 4 * 7 * (4 * 13 + 2 * (4 + 4 + 3 + 3)));
     // Qwen3-Next, B=1, T=4, V: 2_097_152 + 4 * (12_544 + 16_512 + 8_192) bytes (worked in
     // src/floor.rs's test), and 2_246_144 / 4e12 s = 0.562 us.
     let line = text

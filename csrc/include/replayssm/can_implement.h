@@ -30,5 +30,9 @@ inline rssm_status verify_fold_can_implement(const rssm_verify_fold_params *p, b
   return rssm_verify_fold_can_implement(p, vector_aligned);
 }
 inline rssm_status defer_can_implement(const rssm_defer_params *p) { return rssm_defer_can_implement(p, false); }
+inline rssm_status verify_buffered_can_implement(const rssm_verify_buffered_params *p, bool vector_aligned) {
+  return rssm_verify_buffered_can_implement(p, vector_aligned);
+}
+inline rssm_status buffered_can_implement(const rssm_buffered_params *p) { return rssm_buffered_can_implement(p, false); }
 
 }  // namespace rssm

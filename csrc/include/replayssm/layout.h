@@ -133,3 +133,20 @@ RSSM_ASSERT_OFFSET(rssm_defer_params, window, 56);
 RSSM_ASSERT_OFFSET(rssm_defer_params, path_width, 60);
 RSSM_ASSERT_OFFSET(rssm_defer_params, op, 64);
 RSSM_ASSERT_OFFSET(rssm_defer_params, reserved, 68);
+
+static_assert(sizeof(rssm_verify_buffered_params) == 304, "rssm_verify_buffered_params size changed");
+RSSM_ASSERT_OFFSET(rssm_verify_buffered_params, verify, 0);
+RSSM_ASSERT_OFFSET(rssm_verify_buffered_params, cursors, 296);
+
+static_assert(sizeof(rssm_buffered_params) == 64, "rssm_buffered_params size changed");
+RSSM_ASSERT_OFFSET(rssm_buffered_params, cursors, 0);
+RSSM_ASSERT_OFFSET(rssm_buffered_params, slots, 8);
+RSSM_ASSERT_OFFSET(rssm_buffered_params, accept_lens, 16);
+RSSM_ASSERT_OFFSET(rssm_buffered_params, flush_lens, 24);
+RSSM_ASSERT_OFFSET(rssm_buffered_params, error_word, 32);
+RSSM_ASSERT_OFFSET(rssm_buffered_params, batch, 40);
+RSSM_ASSERT_OFFSET(rssm_buffered_params, num_slots, 44);
+RSSM_ASSERT_OFFSET(rssm_buffered_params, cache_len, 48);
+RSSM_ASSERT_OFFSET(rssm_buffered_params, window, 52);
+RSSM_ASSERT_OFFSET(rssm_buffered_params, op, 56);
+RSSM_ASSERT_OFFSET(rssm_buffered_params, reserved, 60);

@@ -323,6 +323,57 @@ typedef struct rssm_defer_params {
   int32_t reserved;
 } rssm_defer_params;
 
+/* Buffered speculative verify ("VB", design §4 VB): the accepted history of a request stays in the
+ * spec ring and its checkpoint is rewritten only at a flush, so a step reads each layer's state
+ * once and writes it only every few steps. The spec ring holds L positions per slot (its `window`
+ * field is L, the cache length); the cursors
+ *   cursors [num_slots] i32   per slot: h, the accepted records not yet in the checkpoint, held at
+ *                             ring positions 0..h-1 (0..L - T, T the step's longest window)
+ * are shared by all layers and written only by rssm_buffered between steps. A flush is kernel F
+ * (prefix mode) with accept_lens = the flush_lens COMMIT or FLUSH wrote: rows that do not flush
+ * fold 0 records, so the step's launches are the same every step (CUDA-graph capturable). */
+
+/* Kernel VB of layer `verify.base.layer`: for each live request, replays ring positions 0..h-1
+ * (h = cursors[slot]) onto its checkpoint in registers with F's update path (the checkpoint is not
+ * written), verifies the new window from that state (as V: V's outputs after F folded the
+ * history, bit for bit) and writes the window's raw records at ring positions h..h+len-1. A cursor
+ * outside 0..L - len (RSSM_DEVERR_BAD_LENGTH) skips the request: outputs zero, nothing written. */
+typedef struct rssm_verify_buffered_params {
+  rssm_verify_params verify;  /* the verify of the new window; ring pointers required, ring.window
+                               * = L; base.state is read only; base.impl DEFAULT, no parent */
+  const int32_t *cursors;     /* [num_slots] */
+} rssm_verify_buffered_params;
+
+/* Bookkeeping of the cursors between steps, one thread per row b (slot -1 = null, skipped; a slot
+ * outside 0..num_slots-1 flags RSSM_DEVERR_SLOT_OUT_OF_RANGE; a live slot repeated in the launch
+ * flags RSSM_DEVERR_DUPLICATE_SLOT and both rows are skipped). Every row's flush_lens[b] is
+ * written (0 unless the row flushes), so kernel F after COMMIT or FLUSH folds exactly the rows
+ * that flush:
+ *   COMMIT  after every layer's VB of a step: h' = h + accept_lens[b] (0..window, and at most the
+ *           row's own window length: the records past it were not written); when the next
+ *           window might not fit (h' + window > cache_len) the row flushes: flush_lens[b] = h',
+ *           cursor 0; else cursor h'.
+ *   FLUSH   flush_lens[b] = h, cursor 0: the slot's checkpoint made current (before it is read,
+ *           copied or handed out). Between steps only, as RESET: never between a step's VB and
+ *           its COMMIT.
+ *   RESET   cursor 0: a slot (re)allocated to a request, or freed; its records are dropped.
+ * A cursor outside 0..cache_len - window, or an accept length outside 0..window, flags
+ * RSSM_DEVERR_BAD_LENGTH; the row keeps its cursor and folds nothing. */
+typedef enum rssm_buffered_op { RSSM_BUFFERED_COMMIT = 0, RSSM_BUFFERED_FLUSH = 1, RSSM_BUFFERED_RESET = 2 } rssm_buffered_op;
+
+typedef struct rssm_buffered_params {
+  int32_t *cursors;           /* [num_slots] */
+  const int32_t *slots;       /* [batch] */
+  const int32_t *accept_lens; /* COMMIT: [batch]; NULL otherwise */
+  int32_t *flush_lens;        /* COMMIT, FLUSH: [batch] out (kernel F's accept_lens); RESET: NULL */
+  uint32_t *error_word;       /* or NULL */
+  int32_t batch, num_slots;
+  int32_t cache_len;          /* L: ring positions per slot */
+  int32_t window;             /* T: the longest draft window of a step, 1..RSSM_MAX_VERIFY_WINDOW */
+  int32_t op;                 /* rssm_buffered_op */
+  int32_t reserved;
+} rssm_buffered_params;
+
 rssm_status rssm_recurrent(const rssm_recurrent_params *params, void *stream);
 rssm_status rssm_emu_recurrent(const rssm_recurrent_params *params, void *stream);
 rssm_status rssm_verify(const rssm_verify_params *params, void *stream);
@@ -341,6 +392,10 @@ rssm_status rssm_verify_fold(const rssm_verify_fold_params *params, void *stream
 rssm_status rssm_emu_verify_fold(const rssm_verify_fold_params *params, void *stream);
 rssm_status rssm_defer(const rssm_defer_params *params, void *stream);
 rssm_status rssm_emu_defer(const rssm_defer_params *params, void *stream);
+rssm_status rssm_verify_buffered(const rssm_verify_buffered_params *params, void *stream);
+rssm_status rssm_emu_verify_buffered(const rssm_verify_buffered_params *params, void *stream);
+rssm_status rssm_buffered(const rssm_buffered_params *params, void *stream);
+rssm_status rssm_emu_buffered(const rssm_buffered_params *params, void *stream);
 
 /* Static validation shared by both backends (CUTLASS's can_implement): RSSM_OK when a launch
  * with these params is well-formed for the compiled kernels. Reads the struct only (no array).
@@ -355,6 +410,8 @@ rssm_status rssm_materialize_can_implement(const rssm_decode_params *params, int
 rssm_status rssm_cursors_can_implement(const rssm_cursor_params *params, int32_t vector_aligned);
 rssm_status rssm_verify_fold_can_implement(const rssm_verify_fold_params *params, int32_t vector_aligned);
 rssm_status rssm_defer_can_implement(const rssm_defer_params *params, int32_t vector_aligned);
+rssm_status rssm_verify_buffered_can_implement(const rssm_verify_buffered_params *params, int32_t vector_aligned);
+rssm_status rssm_buffered_can_implement(const rssm_buffered_params *params, int32_t vector_aligned);
 
 /* Dynamic shared memory of one V launch with windows of up to max_seqlen tokens: what the
  * launcher requests (for occupancy reports; the launch computes the same). */

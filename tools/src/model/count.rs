@@ -21,6 +21,9 @@ pub struct Repeats {
     /// loop around it `passes` times, and a loop with FFMA after it (the per-row solve) holds
     /// `unrolled` positions once.
     pub chunks: Option<f64>,
+    /// The kernel replays a history before its window (VB): the loop with the most FFMA (the
+    /// replay's state update) runs this many times, the other FFMA loops `per_position_loop`.
+    pub history: Option<f64>,
 }
 
 /// One block's counts, per warp (every warp of a row-tiled block runs the same code).
@@ -210,6 +213,9 @@ pub fn count_traced(
             .passes
             .and_then(|_| (0..cfg.loops.len()).max_by_key(|&l| (loop_ffma[l], std::cmp::Reverse(l)))),
     };
+    let history_loop = repeats
+        .history
+        .and_then(|_| (0..cfg.loops.len()).max_by_key(|&l| (loop_ffma[l], std::cmp::Reverse(l))));
     let unrolled = repeats.unrolled.map_or(1.0, |(of, run)| run / of);
     // Per-position code starts after the last state load (every row is requested first).
     let rows_loaded = ins
@@ -234,6 +240,8 @@ pub fn count_traced(
                     }
                 } else if Some(l) == pass_loop {
                     w *= repeats.passes.unwrap_or(1.0) * unrolled;
+                } else if Some(l) == history_loop {
+                    w *= repeats.history.unwrap_or(1.0);
                 } else if loop_ffma[l] >= 1 && pass_loop.is_none() {
                     w *= repeats.per_position_loop;
                 }
@@ -373,6 +381,7 @@ mod tests {
             unrolled: Some((16.0, 4.0)),
             passes: Some(8.0),
             chunks: Some(1.0),
+            history: None,
         };
         let c = count(f, 16, r).expect("state accesses");
         // Entry 1, pass loop header 1 x 8, chunk loop 3 x 8 x 1, the rest of the pass 2 x 8,
@@ -392,6 +401,7 @@ mod tests {
             unrolled: None,
             passes: None,
             chunks: None,
+            history: None,
         };
         let c = count(f, 16, r).expect("state accesses");
         // The skip path at 0x100 is not counted: 12 instructions.

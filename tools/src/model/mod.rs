@@ -113,10 +113,14 @@ pub enum RepeatsRule {
     /// chunks of 4 positions (a loop), and the per-row solve after the passes holds the window
     /// unrolled to 16 positions.
     ChunkedPasses,
+    /// VB at cache length `cache_len`, every draft accepted (the floor rows' `a = T`): the
+    /// history replay (the loop with the most FFMA) runs the cycle's average history
+    /// `T (c - 1) / 2`, `c = floor((L - T) / T) + 1`; the window is unrolled as in V default.
+    History { cache_len: usize },
 }
 
 /// Every implementation the model covers (the bench's kernels at their launch shapes).
-pub const KERNELS: [Kernel; 17] = [
+pub const KERNELS: [Kernel; 19] = [
     k(
         "R-window",
         "-",
@@ -227,6 +231,24 @@ pub const KERNELS: [Kernel; 17] = [
         16,
         true,
         RepeatsRule::Passes,
+    ),
+    k(
+        "VB-L16",
+        "default",
+        "verify_buffered_kernel",
+        None,
+        16,
+        false,
+        RepeatsRule::History { cache_len: 16 },
+    ),
+    k(
+        "VB-L32",
+        "default",
+        "verify_buffered_kernel",
+        None,
+        16,
+        false,
+        RepeatsRule::History { cache_len: 32 },
     ),
     k(
         "D-nonflush",
@@ -442,10 +464,14 @@ fn function_of<'a>(functions: &'a [Function], kn: &Kernel, p: &Point) -> Option<
 /// How often each part of `kn`'s code runs at window (or cache length) `t` with `rows` per block.
 fn repeats_of(kn: &Kernel, t: f64, rows: usize) -> Repeats {
     let passes = Some((rows / 16) as f64);
+    let history = match kn.shape_of_repeats {
+        RepeatsRule::History { cache_len } => Some(history_records(cache_len, t)),
+        _ => None,
+    };
     let (per_position_loop, unrolled, passes, chunks) = match kn.shape_of_repeats {
         RepeatsRule::PerPosition => (t, None, None, None),
         RepeatsRule::HalfCache => (((t - 1.0) / 2.0).max(0.0), None, None, None),
-        RepeatsRule::Unrolled => (t, Some((UNROLLED_POSITIONS, t)), None, None),
+        RepeatsRule::Unrolled | RepeatsRule::History { .. } => (t, Some((UNROLLED_POSITIONS, t)), None, None),
         RepeatsRule::Passes => (t, Some((UNROLLED_POSITIONS, t)), passes, None),
         RepeatsRule::ChunkedPasses => (
             t,
@@ -459,7 +485,16 @@ fn repeats_of(kn: &Kernel, t: f64, rows: usize) -> Repeats {
         unrolled,
         passes,
         chunks,
+        history,
     }
+}
+
+/// The records VB's history replay runs per verify, on average over a flush cycle at cache
+/// length `cache_len` with every one of `t` draft tokens accepted (`floor::buffered_step_bytes`'s
+/// cycle).
+fn history_records(cache_len: usize, t: f64) -> f64 {
+    let c = ((cache_len as f64 - t) / t).floor().max(0.0) + 1.0;
+    t * (c - 1.0) / 2.0
 }
 
 /// The counting trace of one implementation at `p`: its hot blocks with their weights and every
@@ -629,9 +664,32 @@ pub fn step(m: &Machine, p: &Point, r: &Prediction, v: &Prediction, f: &Predicti
     })
 }
 
+/// The buffered step over every layer at cache length `cache_len` (every draft accepted):
+/// `layers x VB` plus F's flush amortised over the cycle, F running at its predicted % of floor
+/// (`f`) on the flush's bytes (`floor::buffered_step_bytes`). `None` where L < 2 T.
+pub fn buffered_step_us(m: &Machine, p: &Point, vb: &Prediction, f: &Prediction, cache_len: usize) -> Option<f64> {
+    if cache_len < 2 * p.t {
+        return None;
+    }
+    let (_, flush) = crate::floor::buffered_step_bytes(&p.shape.dims, p.act, p.batch, p.t, cache_len, p.t);
+    let layers = p.shape.layers as f64;
+    let flush_us = layers * flush / (m.bandwidth * f.percent_of_floor / 100.0) * 1e6;
+    Some(layers * vb.time_us + flush_us)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_history_replay_runs_the_cycles_average() {
+        // T = 4: L = 16 flushes every 4 steps (histories 0, 4, 8, 12), L = 32 every 8; T = 8 at
+        // L = 16 every 2 steps (histories 0, 8).
+        assert_eq!(history_records(16, 4.0), 6.0);
+        assert_eq!(history_records(32, 4.0), 14.0);
+        assert_eq!(history_records(16, 8.0), 4.0);
+        assert_eq!(history_records(32, 8.0), 12.0);
+    }
 
     #[test]
     fn the_h200_budgets_are_the_documented_ones() {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use replayssm::dtype::DType;
 
 use super::sass::Function;
-use super::{best, find, predict, step, Machine, Point, Prediction};
+use super::{best, buffered_step_us, find, predict, step, Machine, Point, Prediction};
 use crate::floor::{ModelShape, MODEL_SHAPES};
 
 /// The shapes, batches and windows `replayssm model` prints: K = V = 128, bf16, GDN and KDA.
@@ -111,16 +111,20 @@ pub fn render(m: &Machine, grid: &[(Point, Vec<Prediction>)]) -> String {
     let _ = writeln!(s, "\nstep over all layers against the recurrent baseline (layers x R-window + the snapshot copy at {:.0} % of its floor):", 100.0 * m.copy_fraction);
     let _ = writeln!(
         s,
-        "{:<13} {:>3} {:>2} {:>12} {:>14} {:>11} {:>14} {:>9}",
-        "shape", "B", "T", "baseline_us", "V+F default", "VF default", "V+F model", "VF model"
+        "{:<13} {:>3} {:>2} {:>12} {:>14} {:>11} {:>14} {:>9} {:>9} {:>9}",
+        "shape", "B", "T", "baseline_us", "V+F default", "VF default", "V+F model", "VF model", "VB L=16", "VB L=32"
     );
     for (p, ps) in grid {
         let on_default = step_with(m, p, ps, &|c| Some(if c == "R-window" { "-" } else { DEFAULT_IMPL }));
         let chosen = step_with(m, p, ps, &|_| None);
         if let (Some(a), Some(b)) = (on_default, chosen) {
+            let vb = |l: usize| {
+                let ratio = buffered_ratio(m, p, ps, b.baseline_us, l);
+                ratio.map_or("-".to_string(), |x| format!("{x:.2}x"))
+            };
             let _ = writeln!(
                 s,
-                "{:<13} {:>3} {:>2} {:>12.1} {:>13.2}x {:>10.2}x {:>13.2}x {:>8.2}x",
+                "{:<13} {:>3} {:>2} {:>12.1} {:>13.2}x {:>10.2}x {:>13.2}x {:>8.2}x {:>9} {:>9}",
                 p.shape.name,
                 p.batch,
                 p.t,
@@ -128,9 +132,22 @@ pub fn render(m: &Machine, grid: &[(Point, Vec<Prediction>)]) -> String {
                 a.v_plus_f_ratio(),
                 a.vf_ratio(),
                 b.v_plus_f_ratio(),
-                b.vf_ratio()
+                b.vf_ratio(),
+                vb(16),
+                vb(32)
             );
         }
     }
+    let _ = writeln!(
+        s,
+        "(VB L=l: the buffered step, every draft accepted: layers x VB-Ll + F's flush amortised over the cycle at F's predicted % of floor)"
+    );
     s
+}
+
+/// The buffered step's ratio against the baseline at cache length `l` with the model's F.
+pub fn buffered_ratio(m: &Machine, p: &Point, ps: &[Prediction], baseline_us: f64, l: usize) -> Option<f64> {
+    let vb = find(ps, &format!("VB-L{l}"), DEFAULT_IMPL)?;
+    let f = best(ps, "F")?;
+    buffered_step_us(m, p, vb, f, l).map(|us| baseline_us / us)
 }

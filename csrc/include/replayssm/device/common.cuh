@@ -209,4 +209,22 @@ __device__ __forceinline__ bool thread_find_other(const int32_t *values, int n, 
   return found;
 }
 
+// Row b's slot in a bookkeeping kernel (one thread per row): -1 when the row is skipped, either
+// null (slot -1) or flagged (a slot outside 0..num_slots-1, or a live slot another row repeats:
+// both rows would write one entry).
+__device__ __forceinline__ int32_t bookkeeping_slot(const int32_t *slots, int batch, int b, int num_slots,
+                                                   uint32_t *error_word) {
+  const int32_t slot = slots[b];
+  if (slot == -1) return -1;
+  if (slot < -1 || slot >= num_slots) {
+    report_device_error(error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
+    return -1;
+  }
+  if (thread_find_other(slots, batch, b, slot)) {
+    report_device_error(error_word, RSSM_DEVERR_DUPLICATE_SLOT);
+    return -1;
+  }
+  return slot;
+}
+
 }  // namespace rssm

@@ -15,16 +15,8 @@ template <int THREADS> __global__ void __launch_bounds__(THREADS) defer_kernel(c
   int32_t *out = p.op == RSSM_DEFER_GATHER ? p.paths + int64_t(b) * W : nullptr;
   if (out)
     for (int i = 0; i < W; ++i) out[i] = -1;
-  const int32_t slot = p.slots[b];
-  if (slot == -1) return;
-  if (slot < -1 || slot >= p.num_slots) {
-    report_device_error(p.error_word, RSSM_DEVERR_SLOT_OUT_OF_RANGE);
-    return;
-  }
-  if (thread_find_other(p.slots, p.batch, b, slot)) {  // both rows would write one entry
-    report_device_error(p.error_word, RSSM_DEVERR_DUPLICATE_SLOT);
-    return;
-  }
+  const int32_t slot = bookkeeping_slot(p.slots, p.batch, b, p.num_slots, p.error_word);
+  if (slot < 0) return;
   int32_t *entry = p.pending + int64_t(slot) * width;
   switch (p.op) {
     case RSSM_DEFER_COMMIT: {

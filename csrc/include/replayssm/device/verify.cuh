@@ -59,6 +59,22 @@ __device__ __forceinline__ bool verify_request(const rssm_verify_params &p, int 
   return true;
 }
 
+// A DEFAULT block's place in the grid (16-row tile, value head, request), this warp's first row
+// and the tile's rows begin..end of the head (VF and VB; every block of a request builds the
+// window, block 0 of the head reports and writes the ring's k, g and beta).
+struct RowTileBlock {
+  int hv, req, tile, row0, begin, end;
+  bool reporter;
+  __device__ __forceinline__ explicit RowTileBlock(const rssm_base_params &b)
+      : hv(blockIdx.y), req(blockIdx.z), tile(blockIdx.x) {
+    const int warp = threadIdx.x / kWarpSize;
+    row0 = (tile * RowTiling::kWarps + warp) * RowTiling::kRows;
+    begin = tile * RowTiling::kRowsPerBlock;
+    end = begin + RowTiling::kRowsPerBlock < b.V ? begin + RowTiling::kRowsPerBlock : b.V;
+    reporter = tile == 0 && threadIdx.x == 0;
+  }
+};
+
 // The window's shared arrays (verify_smem_floats words from `smem`).
 struct WindowSmem {
   float *kh;      // [T][K] normalised keys (STAGED: then scaled by their decays, KDA)

@@ -74,17 +74,14 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(con
   constexpr int K = kWarpSize * EPL;
   constexpr int ROWS = RowTiling::kRows;
   static_assert(RSSM_MAX_VERIFY_WINDOW <= 32, "ancestor sets are 32-bit masks");
-  const int warp = threadIdx.x / kWarpSize;
-  const int hv = blockIdx.y, req = blockIdx.z, tile = blockIdx.x;
-  const int row0 = (tile * RowTiling::kWarps + warp) * ROWS;
+  const RowTileBlock at(p.base);
+  const int hv = at.hv, req = at.req, tile = at.tile, row0 = at.row0;
   const int W = p.ring.window / 2;
-  const bool reporter = tile == 0 && threadIdx.x == 0;
+  const bool reporter = at.reporter;
 
   VerifyRequest rq;
   if (!verify_request(p, req, reporter, rq)) {
-    const int begin = tile * RowTiling::kRowsPerBlock;
-    verify_skipped_request<Act>(p, req, hv, begin,
-                                begin + RowTiling::kRowsPerBlock < p.base.V ? begin + RowTiling::kRowsPerBlock : p.base.V);
+    verify_skipped_request<Act>(p, req, hv, at.begin, at.end);
     return;
   }
   const PendingFold pf = pending_fold(vf, rq, reporter);
@@ -93,9 +90,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) verify_fold_kernel(con
   const WindowSmem w = window_smem(smem, p.max_seqlen, K, KDA);
   const bool tree_ok = pf.ok && verify_tree_ok(p, rq, w, reporter);
   if (!tree_ok) {  // null, untrusted slot or pending entry, bad tree: zero outputs, nothing else
-    const int begin = tile * RowTiling::kRowsPerBlock;
-    const int end = begin + RowTiling::kRowsPerBlock < p.base.V ? begin + RowTiling::kRowsPerBlock : p.base.V;
-    verify_zero_outputs<Act>(p, rq, hv, begin, end);
+    verify_zero_outputs<Act>(p, rq, hv, at.begin, at.end);
     return;
   }
   // The fold's rows are requested first, so their load overlaps the window build.

@@ -1,0 +1,199 @@
+//! Kernel VB, the buffered speculative verify: per layer, each live request's accepted history
+//! (the spec ring's positions `0..h`, `h` its cursor) is replayed onto its fp32 checkpoint in
+//! registers (F's update path), the new window verified from that state (V's outputs after F
+//! folded the history, bit for bit) and its raw records written after the history. The
+//! checkpoint is only read; a commit that leaves no room for the next window flushes the row
+//! (kernel F on the flush lengths the commit wrote, bit-identical to R). A step then reads each
+//! layer's state once and writes it once every few steps, instead of V's read plus F's read and
+//! write.
+//!
+//! The state between steps is a [`BufferedRing`] (ring of L positions and cursors). Per step:
+//! every layer's [`Stream::verify_buffered`], then [`Stream::buffered_commit`] (the cursors and
+//! kernel F's flush). [`Stream::buffered_flush`] makes slots' checkpoints current outside the
+//! step; [`Stream::buffered_reset`] drops a slot's history when it is handed to a new request.
+//!
+//! Device code: `csrc/include/replayssm/device/verify_buffered.cuh` (replay.cuh's
+//! `replay_steps`, verify.cuh's `build_window` and `verify_rows`); launcher
+//! `csrc/kernels/verify_buffered.cu`; reference: F's replay then V's reference; tests:
+//! `tests/verify_buffered.rs`.
+
+use crate::checks::check_count;
+use crate::error::Result;
+use crate::ffi;
+use crate::kernels::fold::DeviceAccepted;
+use crate::kernels::verify::{check_window_within, validate_verify, verify_params, VerifyPlan};
+use crate::memory::{Device, DeviceActViewMut, DeviceSlice, DeviceSliceMut, Stream};
+use crate::runtime::launch::{check_status, launch, Exec};
+use crate::state::buffered_ring::BufferedRing;
+use crate::state::pool::CheckpointPool;
+use crate::tokens::RecurrentInputs;
+
+/// VB's checks beyond V's: the ring attached to this pool, the draft window within the ring's
+/// T (the window the commit leaves room for).
+fn check_verify_buffered(plan: &VerifyPlan, pool: &CheckpointPool<Device>, bring: &BufferedRing<Device>) -> Result<()> {
+    bring.check_pool(pool)?;
+    check_window_within(plan, bring.window(), "the buffered ring leaves room for windows of T =")
+}
+
+impl Stream {
+    /// Kernel VB for layer `layer` on device memory, enqueued on this stream: no allocation, copy
+    /// or synchronisation; rows with bad device-side slots or cursors are skipped (outputs zero)
+    /// and flagged in the stream's error word.
+    pub fn verify_buffered(
+        &self,
+        inp: &RecurrentInputs<'_, Device>,
+        pool: &CheckpointPool<Device>,
+        layer: usize,
+        o: &mut DeviceActViewMut<'_>,
+        bring: &mut BufferedRing<Device>,
+    ) -> Result<VerifyPlan> {
+        let plan = validate_verify(self.backend(), inp, pool, layer, o, Some(&bring.ring))?;
+        check_verify_buffered(&plan, pool, bring)?;
+        let exec = Exec::on(self);
+        // The token pointers are checked (and named in errors) before the pool's, as in V.
+        let mut verify = verify_params(
+            &exec,
+            inp,
+            None,
+            std::ptr::null(),
+            pool,
+            layer,
+            &plan,
+            o,
+            Some(&mut bring.ring),
+        )?;
+        verify.base.state = exec.store("pool", pool.storage())?.cast_mut();
+        let params = ffi::rssm_verify_buffered_params {
+            verify,
+            cursors: exec.store("cursors", &bring.cursors)?,
+        };
+        // The checks the C ABI runs on the same params (one source: `checks::params`).
+        crate::checks::params::verify_buffered(&params, exec.backend)?;
+        let st = launch!(&exec, rssm_verify_buffered, rssm_emu_verify_buffered, &params);
+        check_status("verify_buffered", exec.backend, st)?;
+        Ok(plan)
+    }
+
+    /// Once per step, after the step's last layer's VB (not after each layer): each live row's
+    /// history grows by its first `accept_lens[b]` window records (0..=T, bonus token included);
+    /// a row whose next window would not fit flushes: kernel F folds its history into the
+    /// checkpoint (every layer) and its cursor returns to 0. `flush_lens` (`[B]` scratch) receives
+    /// each row's folded length. Two launches, no synchronisation.
+    pub fn buffered_commit(
+        &self,
+        pool: &mut CheckpointPool<Device>,
+        bring: &mut BufferedRing<Device>,
+        slots: DeviceSlice<'_, i32>,
+        accept_lens: DeviceSlice<'_, i32>,
+        flush_lens: DeviceSliceMut<'_, i32>,
+    ) -> Result<()> {
+        check_count("accept_lens", accept_lens.len(), slots.len(), "one per request")?;
+        self.buffered_fold(
+            pool,
+            bring,
+            ffi::rssm_buffered_op_RSSM_BUFFERED_COMMIT,
+            slots,
+            Some(accept_lens),
+            flush_lens,
+        )
+    }
+
+    /// Folds the histories of `slots` (every layer) into their checkpoints and empties them:
+    /// what a finished, preempted or swapped request, a prefix-cache snapshot or a state transfer
+    /// needs before the checkpoint is read. `flush_lens` is `[B]` scratch. Two launches, no
+    /// synchronisation.
+    pub fn buffered_flush(
+        &self,
+        pool: &mut CheckpointPool<Device>,
+        bring: &mut BufferedRing<Device>,
+        slots: DeviceSlice<'_, i32>,
+        flush_lens: DeviceSliceMut<'_, i32>,
+    ) -> Result<()> {
+        self.buffered_fold(
+            pool,
+            bring,
+            ffi::rssm_buffered_op_RSSM_BUFFERED_FLUSH,
+            slots,
+            None,
+            flush_lens,
+        )
+    }
+
+    /// Drops the histories of `slots` (a slot handed to a new request, whose checkpoint the
+    /// prefill wrote, or freed).
+    pub fn buffered_reset(&self, bring: &mut BufferedRing<Device>, slots: DeviceSlice<'_, i32>) -> Result<()> {
+        buffered_kernel(
+            self,
+            bring,
+            ffi::rssm_buffered_op_RSSM_BUFFERED_RESET,
+            &slots,
+            None,
+            None,
+        )
+    }
+
+    /// The cursor op (COMMIT or FLUSH), then kernel F on the flush lengths it wrote.
+    fn buffered_fold(
+        &self,
+        pool: &mut CheckpointPool<Device>,
+        bring: &mut BufferedRing<Device>,
+        op: ffi::rssm_buffered_op,
+        slots: DeviceSlice<'_, i32>,
+        accept_lens: Option<DeviceSlice<'_, i32>>,
+        mut flush_lens: DeviceSliceMut<'_, i32>,
+    ) -> Result<()> {
+        bring.check_pool(pool)?;
+        check_count("flush_lens (scratch)", flush_lens.len(), slots.len(), "one per request")?;
+        buffered_kernel(
+            self,
+            bring,
+            op,
+            &slots,
+            accept_lens.as_ref(),
+            Some(flush_lens.reborrow()),
+        )?;
+        self.fold(
+            pool,
+            &bring.ring,
+            slots,
+            DeviceAccepted::Lens(flush_lens.as_slice()),
+            None,
+        )
+    }
+}
+
+/// Launches the cursor kernel with `op`.
+fn buffered_kernel(
+    stream: &Stream,
+    bring: &mut BufferedRing<Device>,
+    op: ffi::rssm_buffered_op,
+    slots: &DeviceSlice<'_, i32>,
+    accept_lens: Option<&DeviceSlice<'_, i32>>,
+    flush_lens: Option<DeviceSliceMut<'_, i32>>,
+) -> Result<()> {
+    let exec = Exec::on(stream);
+    crate::checks::check_bookkeeping_rows(slots.len())?;
+    let mut flush_lens = flush_lens;
+    let params = ffi::rssm_buffered_params {
+        cursors: exec.store_mut("cursors", &mut bring.cursors)?,
+        slots: exec.slice("slots", slots)?,
+        accept_lens: match accept_lens {
+            Some(a) => exec.slice("accept_lens", a)?,
+            None => std::ptr::null(),
+        },
+        flush_lens: match flush_lens.as_mut() {
+            Some(f) => exec.slice_mut("flush_lens", f)?,
+            None => std::ptr::null_mut(),
+        },
+        error_word: exec.word,
+        batch: slots.len() as i32,
+        num_slots: bring.shape().slots as i32,
+        cache_len: bring.cache_len() as i32,
+        window: bring.window() as i32,
+        op: op as i32,
+        reserved: 0,
+    };
+    crate::checks::params::buffered(&params, exec.backend)?;
+    let st = launch!(&exec, rssm_buffered, rssm_emu_buffered, &params);
+    check_status("buffered", exec.backend, st)
+}
