@@ -57,8 +57,8 @@ assert_layout!(rssm_defer_params, size = 72, {
     pending = 0, slots = 8, accept_lens = 16, accept_paths = 24, paths = 32, error_word = 40, batch = 48, num_slots = 52, window = 56, path_width = 60, op = 64, reserved = 68,
 });
 
-assert_layout!(rssm_verify_buffered_params, size = 304, {
-    verify = 0, cursors = 296,
+assert_layout!(rssm_verify_buffered_params, size = 312, {
+    verify = 0, cursors = 296, ring_u = 304,
 });
 
 assert_layout!(rssm_buffered_params, size = 64, {

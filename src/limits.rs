@@ -10,6 +10,9 @@ pub const MAX_VERIFY_WINDOW: usize = ffi::RSSM_MAX_VERIFY_WINDOW as usize;
 pub const MAX_TREE_NODES: usize = MAX_VERIFY_WINDOW;
 /// Longest buffered-decode ring, records per slot and layer (`RSSM_MAX_CACHE_LEN`).
 pub const MAX_CACHE_LEN: usize = ffi::RSSM_MAX_CACHE_LEN as usize;
+/// Longest spec ring of the buffered speculative mode (`RSSM_MAX_BUFFERED_CACHE_LEN`): VB stages
+/// a slot's history in shared memory.
+pub const MAX_BUFFERED_CACHE_LEN: usize = ffi::RSSM_MAX_BUFFERED_CACHE_LEN as usize;
 /// Largest value head dim a launch accepts (`RSSM_MAX_V`).
 pub const MAX_V: usize = ffi::RSSM_MAX_V as usize;
 /// Most requests of one launch, and most value heads (`RSSM_MAX_BATCH`: a grid dimension).
@@ -48,16 +51,18 @@ pub fn cache_len_outside(cache_len: i64) -> Option<String> {
 /// history holds fewer than T records, so a commit of more than L - T tokens flushes, at L = T
 /// every commit: V + F at more cost). The E7 gate and the kernels' checks word the same rule.
 pub fn buffered_cache_len_outside(cache_len: i64, window: i64) -> Option<String> {
-    cache_len_outside(cache_len).or_else(|| {
-        (cache_len < 2 * window).then(|| {
-            format!(
+    outside("cache_len", cache_len, 1, MAX_BUFFERED_CACHE_LEN as i64)
+        .map(|why| format!("{why} (the buffered speculative ring: VB stages a slot's history in shared memory)"))
+        .or_else(|| {
+            (cache_len < 2 * window).then(|| {
+                format!(
                 "cache_len = {cache_len} is below 2 T = {}: the buffered ring keeps room for a history of at least T \
                  records before the next window of T = {window} draft tokens (use --linear-replayssm-spec without \
                  buffering)",
                 2 * window
             )
+            })
         })
-    })
 }
 
 /// `true` when the kernels are compiled for key head dim `k`.

@@ -532,7 +532,7 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                                 DraftShape::Chain { tokens: Some(t) } => t,
                                 _ => 1,
                             };
-                            assert!(l >= 2 * t, "{f:?}");
+                            assert!(l >= 2 * t && l <= replayssm::limits::MAX_BUFFERED_CACHE_LEN, "{f:?}");
                         }
                     }
                     Mode::Off => {
@@ -645,6 +645,15 @@ fn e1_e7_the_buffered_spec_mode_serves_local_static_chains_with_room_for_two_win
         },
         "E7",
         &["--linear-replayssm-cache-len=0"],
+    );
+    // Past the ring VB stages in shared memory.
+    refused(
+        &EngineFlags {
+            linear_replayssm_cache_len: Some(65),
+            ..buffered.clone()
+        },
+        "E7",
+        &["--linear-replayssm-cache-len=65", "1..=64"],
     );
     // P1: the ring only on a pool resolved with the mode, with room for two windows.
     let p = pool(&ok);

@@ -158,7 +158,7 @@ fn kernels_use_no_local_memory_and_move_the_state_with_wide_accesses() {
         }
         // V and VB read the checkpoint only; every other state mover also writes it (VF STAGED's
         // groups of EPL channels are F's lanes: 16-byte accesses at EPL 4 and 8, 8-byte at 2).
-        if f.family == "verify_staged_kernel" {
+        if f.family == "verify_staged_kernel" || f.family == "verify_buffered_kernel" {
             // Its streaming layout (a lane holds min(EPL, 4) consecutive channels of every row
             // of its warp's) reads rows and the staged keys and queries with 16-byte accesses
             // from K = 128 on, 8-byte at K = 64, 4-byte at K = 32 (a lane's one channel); it

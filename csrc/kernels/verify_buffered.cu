@@ -1,17 +1,19 @@
-// Launch layer of kernel VB (buffered speculative verify of one layer; DEFAULT) and of the cursor
+// Launch layer of kernel VB (buffered speculative verify of one layer) and of the cursor
 // bookkeeping between steps (commit / flush / reset).
 #include "replayssm/device/verify_buffered.cuh"
 #include "replayssm/launcher.h"
 
 namespace {
-// DEFAULT's launch (V's window in shared memory, a row tile per warp), the only implementation.
+// The one implementation: staged V's launch, the history's arrays after its tiles.
 struct LaunchVerifyBuffered {
   const rssm_verify_buffered_params &p;
   void *stream;
   template <int EPL, class Act, bool KDA> int operator()() const {
     const rssm_verify_params &v = p.verify;
-    const size_t smem = sizeof(float) * rssm::verify_smem_floats(v.max_seqlen, v.base.K, KDA);
-    return rssm::launch_rows(&rssm::verify_buffered_kernel<EPL, Act, KDA>, rssm::row_grid(v.base), smem, stream, p);
+    const auto floats = [&](int rows) {
+      return rssm::verify_buffered_smem_floats(v.max_seqlen, v.ring.window, v.base.K, KDA, rows);
+    };
+    return rssm::launch_staged(&rssm::verify_buffered_kernel<EPL, Act, KDA>, v.base, floats, stream, p);
   }
 };
 }  // namespace

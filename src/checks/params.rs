@@ -816,16 +816,25 @@ pub fn buffered_cache_len(cache_len: i64, window: i64) -> Check {
 }
 
 /// The checks of `rssm_verify_buffered`'s params (the Rust wrapper's launch): V's on the verify
-/// (DEFAULT, linear chains, the ring required), the ring of L positions and the cursors.
+/// (STAGED, linear chains, the ring required), the ring of L positions, the cursors and ring_u.
 pub(crate) fn verify_buffered(p: &ffi::rssm_verify_buffered_params, reach: impl Into<Reach>) -> Check {
     let reach: Reach = reach.into();
     let v = &p.verify;
     let b = &v.base;
-    if b.impl_ != 0 || b.block_rows != 0 {
+    if b.impl_ != ffi::rssm_impl_RSSM_IMPL_STAGED as i32 {
         return Err(bad(format!(
-            "impl = {}, block_rows = {}: VB has one implementation (0, 0)",
-            b.impl_, b.block_rows
+            "impl = {}: VB has one implementation, STAGED (1), with block_rows as V's",
+            b.impl_
         )));
+    }
+    let l = v.ring.window;
+    if let Some(why) = crate::limits::outside(
+        "ring.window (L)",
+        l.into(),
+        1,
+        crate::limits::MAX_BUFFERED_CACHE_LEN as i64,
+    ) {
+        return Err(bad(format!("{why}: VB stages a slot's history in shared memory")));
     }
     verify(v, reach)?;
     if v.ring.v.is_null() {
@@ -838,8 +847,21 @@ pub(crate) fn verify_buffered(p: &ffi::rssm_verify_buffered_params, reach: impl 
             "parent is set: VB verifies linear chains (tree drafts keep their history as paths: use VT + FT)",
         ));
     }
-    cache_len(v.ring.window.into())?;
     nonnull(p.cursors, "cursors")?;
+    nonnull(p.ring_u, "ring_u")?;
+    let (k, vd) = (b.K as i64, b.V as i64);
+    dense("ring_u", &[b.num_layers, b.num_slots, b.HV, l, b.V], 4)?;
+    // SAFETY: a pure size computation on checked shapes (verify() bounded T, K and V).
+    let smem = unsafe { ffi::rssm_verify_buffered_smem_bytes(v.max_seqlen, l, b.K, b.variant, b.block_rows, b.V) };
+    if smem > ffi::RSSM_VERIFY_STAGED_MAX_SMEM as i64 {
+        return Err(bad(format!(
+            "block_rows = {} with max_seqlen = {}, ring.window (L) = {l}, K = {k}, V = {vd}: one VB block's \
+             shared memory ({smem} bytes) exceeds {} bytes (fewer block_rows, a shorter ring or window)",
+            b.block_rows,
+            v.max_seqlen,
+            ffi::RSSM_VERIFY_STAGED_MAX_SMEM
+        )));
+    }
     if reach.host_indices {
         // SAFETY: the documented extents: slots [batch], cu_seqlens [batch + 1], cursors [num_slots].
         let (slots, cu) =

@@ -1,8 +1,9 @@
-//! Kernel VB, the buffered speculative verify: per layer, each live request's accepted history
-//! (the spec ring's positions `0..h`, `h` its cursor) is replayed onto its fp32 checkpoint in
-//! registers (F's update path), the new window verified from that state (V's outputs after F
-//! folded the history, bit for bit) and its raw records written after the history. The
-//! checkpoint is only read; a commit that leaves no room for the next window flushes the row
+//! Kernel VB, the buffered speculative verify: per layer, each live request's new window is
+//! verified from its fp32 checkpoint followed by its accepted history (the spec ring's positions
+//! `0..h`, `h` its cursor) without forming that state: the checkpoint is projected on the window
+//! once (staged V's streaming pass) and each history record adds the correction u it stored when
+//! it was verified (outputs within V's tolerance; with `h = 0` staged V's bits). The window's raw
+//! records and corrections are written after the history. The checkpoint is only read; a commit that leaves no room for the next window flushes the row
 //! (kernel F on the flush lengths the commit wrote, bit-identical to R). A step then reads each
 //! layer's state once and writes it once every few steps, instead of V's read plus F's read and
 //! write.
@@ -12,10 +13,9 @@
 //! kernel F's flush). [`Stream::buffered_flush`] makes slots' checkpoints current outside the
 //! step; [`Stream::buffered_reset`] drops a slot's history when it is handed to a new request.
 //!
-//! Device code: `csrc/include/replayssm/device/verify_buffered.cuh` (replay.cuh's
-//! `replay_steps`, verify.cuh's `build_window` and `verify_rows`); launcher
-//! `csrc/kernels/verify_buffered.cu`; reference: F's replay then V's reference; tests:
-//! `tests/verify_buffered.rs`.
+//! Device code: `csrc/include/replayssm/device/verify_buffered.cuh` (verify.cuh's
+//! `build_window`, verify_staged.cuh's streaming pass); launcher `csrc/kernels/verify_buffered.cu`;
+//! reference: R over the history then V's f64 reference; tests: `tests/verify_buffered.rs`.
 
 use crate::checks::check_count;
 use crate::error::Result;
@@ -63,9 +63,13 @@ impl Stream {
             Some(&mut bring.ring),
         )?;
         verify.base.state = exec.store("pool", pool.storage())?.cast_mut();
+        // The one implementation, over the whole head.
+        verify.base.impl_ = ffi::rssm_impl_RSSM_IMPL_STAGED as i32;
+        verify.base.block_rows = 0;
         let params = ffi::rssm_verify_buffered_params {
             verify,
             cursors: exec.store("cursors", &bring.cursors)?,
+            ring_u: exec.store_mut("ring_u", &mut bring.ring_u)?,
         };
         // The checks the C ABI runs on the same params (one source: `checks::params`).
         crate::checks::params::verify_buffered(&params, exec.backend)?;

@@ -24,10 +24,12 @@ use crate::memory::{Device, Memory, Storage, Stream};
 use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::{RingShape, SpecRing};
 
-/// A buffered spec ring: the spec ring (L positions per slot) and the cursors.
+/// A buffered spec ring: the spec ring (L positions per slot), each record's correction u (f32,
+/// `[layers][slots][HV][L][V]`, written and read by VB only) and the cursors.
 #[derive(Debug)]
 pub struct BufferedRing<M: Memory = Device> {
     pub(crate) ring: SpecRing<M>,
+    pub(crate) ring_u: M::Vec<f32>,
     pub(crate) cursors: M::Vec<i32>,
     window: usize,
     pool: u64,
@@ -64,8 +66,12 @@ impl<M: Memory> BufferedRing<M> {
         }
         buffered_cache_len(cache_len as i64, window as i64)?;
         let ring = SpecRing::for_pool(pool, cache_len, dtype, l2norm)?;
+        let s = ring.shape;
+        let u_len = s.layers * s.slots * s.dims.hv * s.window * s.dims.v;
         Ok(BufferedRing {
             ring,
+            // Poisoned: VB reads only the corrections it wrote (a history's records).
+            ring_u: Storage::alloc(pool.location(), u_len, true)?,
             cursors: Storage::alloc(pool.location(), pool.shape().slots, false)?,
             window,
             pool: pool.id(),

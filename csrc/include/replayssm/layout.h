@@ -134,9 +134,10 @@ RSSM_ASSERT_OFFSET(rssm_defer_params, path_width, 60);
 RSSM_ASSERT_OFFSET(rssm_defer_params, op, 64);
 RSSM_ASSERT_OFFSET(rssm_defer_params, reserved, 68);
 
-static_assert(sizeof(rssm_verify_buffered_params) == 304, "rssm_verify_buffered_params size changed");
+static_assert(sizeof(rssm_verify_buffered_params) == 312, "rssm_verify_buffered_params size changed");
 RSSM_ASSERT_OFFSET(rssm_verify_buffered_params, verify, 0);
 RSSM_ASSERT_OFFSET(rssm_verify_buffered_params, cursors, 296);
+RSSM_ASSERT_OFFSET(rssm_verify_buffered_params, ring_u, 304);
 
 static_assert(sizeof(rssm_buffered_params) == 64, "rssm_buffered_params size changed");
 RSSM_ASSERT_OFFSET(rssm_buffered_params, cursors, 0);

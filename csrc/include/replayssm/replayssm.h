@@ -66,6 +66,9 @@ typedef enum rssm_impl {
  * v and output tiles of its block_rows rows, VF's staged records); below the H100/H200 opt-in maximum of 227 KB. */
 #define RSSM_VERIFY_STAGED_MAX_SMEM (160 * 1024)
 
+/* Longest spec ring of the buffered speculative mode (VB stages a slot's history in shared memory). */
+#define RSSM_MAX_BUFFERED_CACHE_LEN 64
+
 /* Bits of the device-side error word: set by kernels that met a device-side index they could
  * not trust (the host never saw it, e.g. under CUDA-graph replay); the row is skipped. */
 #define RSSM_DEVERR_SLOT_OUT_OF_RANGE 0x1u
@@ -333,15 +336,21 @@ typedef struct rssm_defer_params {
  * (prefix mode) with accept_lens = the flush_lens COMMIT or FLUSH wrote: rows that do not flush
  * fold 0 records, so the step's launches are the same every step (CUDA-graph capturable). */
 
-/* Kernel VB of layer `verify.base.layer`: for each live request, replays ring positions 0..h-1
- * (h = cursors[slot]) onto its checkpoint in registers with F's update path (the checkpoint is not
- * written), verifies the new window from that state (as V: V's outputs after F folded the
- * history, bit for bit) and writes the window's raw records at ring positions h..h+len-1. A cursor
- * outside 0..L - len (RSSM_DEVERR_BAD_LENGTH) skips the request: outputs zero, nothing written. */
+/* Kernel VB of layer `verify.base.layer` (one implementation, RSSM_IMPL_STAGED's streaming layout,
+ * block_rows as for V): for each live request, the window is verified from the checkpoint followed
+ * by the history at ring positions 0..h-1 (h = cursors[slot]) without forming that state: the
+ * checkpoint is projected on the window once, and each history record adds its stored correction
+ * u_j (ring_u) through a [T][h] matrix (outputs as V's up to rounding, V's tolerance; with h = 0
+ * staged V's bits). The window's raw records go to ring positions h..h+len-1 and its corrections
+ * to ring_u at the same positions. The checkpoint is never written. A cursor outside 0..L - len
+ * (RSSM_DEVERR_BAD_LENGTH) skips the request: outputs zero, nothing written. */
 typedef struct rssm_verify_buffered_params {
   rssm_verify_params verify;  /* the verify of the new window; ring pointers required, ring.window
-                               * = L; base.state is read only; base.impl DEFAULT, no parent */
+                               * = L (2 T..RSSM_MAX_BUFFERED_CACHE_LEN); base.state is read only;
+                               * base.impl STAGED, no parent */
   const int32_t *cursors;     /* [num_slots] */
+  float *ring_u;              /* [num_layers][num_slots][HV][L][V] f32: each record's u (the delta
+                               * rule's correction: S' = e^g S + u k^T), written by VB only */
 } rssm_verify_buffered_params;
 
 /* Bookkeeping of the cursors between steps, one thread per row b (slot -1 = null, skipped; a slot
@@ -423,6 +432,9 @@ int64_t rssm_verify_staged_smem_bytes(int32_t max_seqlen, int32_t K, int32_t kda
 int64_t rssm_verify_fold_staged_smem_bytes(int32_t max_seqlen, int32_t ring_window, int32_t K, int32_t kda,
                                            int32_t block_rows, int32_t V);
 int64_t rssm_replay_prefetch_smem_bytes(int32_t window, int32_t K, int32_t kda);
+/* The same for a VB launch over a spec ring of `cache_len` positions (its history staged too). */
+int64_t rssm_verify_buffered_smem_bytes(int32_t max_seqlen, int32_t cache_len, int32_t K, int32_t kda,
+                                        int32_t block_rows, int32_t V);
 
 /* Emulator diagnostics: the message of the last RSSM_ERR_EMULATOR on this thread. */
 const char *rssm_emu_last_error(void);

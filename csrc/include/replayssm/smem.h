@@ -47,6 +47,15 @@ inline RSSM_HOST_DEVICE int64_t verify_staged_smem_floats(int T, int K, bool kda
 inline RSSM_HOST_DEVICE int64_t verify_fold_staged_smem_floats(int T, int W, int K, bool kda, int rows) {
   return staged_tiles_floats(T, K, kda, rows) + int64_t(W) * (K + (kda ? K : 1) + 1 + rows);
 }
+// One VB block: staged V's, then from a 16-byte boundary the history of up to L records: the
+// [L][TP] matrices on the window's keys and queries (TP = T rounded up to 4), raw keys [L][K], log
+// decays [L + 1][GW], the u tile [L][rows] (verify_buffered.cuh's HistorySmem).
+inline RSSM_HOST_DEVICE int64_t verify_buffered_smem_floats(int T, int L, int K, bool kda, int rows) {
+  const int64_t staged = (verify_staged_smem_floats(T, K, kda, rows) + 3) / 4 * 4;
+  return staged + int64_t(2) * L * ((T + 3) / 4 * 4) + int64_t(L) * K + int64_t(L + 1) * (kda ? K : 1) +
+         int64_t(L) * rows;
+}
+
 // Kernel D (both implementations): the token its block shares (decode.cuh's TokenTile), k^ and
 // q^ [K] and, for KDA, g and exp(g) [K].
 inline RSSM_HOST_DEVICE int64_t decode_smem_floats(int K, bool kda) { return int64_t(kda ? 4 : 2) * K; }

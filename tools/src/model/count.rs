@@ -21,8 +21,13 @@ pub struct Repeats {
     /// loop around it `passes` times, and a loop with FFMA after it (the per-row solve) holds
     /// `unrolled` positions once.
     pub chunks: Option<f64>,
-    /// The kernel replays a history before its window (VB): the loop with the most FFMA (the
-    /// replay's state update) runs this many times, the other FFMA loops `per_position_loop`.
+    /// With `chunks`, the kernel also applies a history of this many records (VB). Before the
+    /// pass loop an outermost loop runs `history / 4` times (a warp's share of the records, or
+    /// of a staging copy of 4 loads per thread over K = 128 channels or rows) and a loop inside
+    /// one `chunks` times (the window's chunks); the window's own loops there are counted the
+    /// same way (pessimistic at small T), and KDA's per-channel decay sum (`history` per thread)
+    /// is undercounted 4x. After the passes, the per-row history pass: its record loop (nested,
+    /// innermost) `history` times, its chunk loop (nested, holding it) `chunks` times.
     pub history: Option<f64>,
 }
 
@@ -194,11 +199,22 @@ pub fn count_traced(
         let (s, e) = cfg.blocks[b];
         ins[s..e].iter().filter(|i| i.opcode.starts_with("SHFL")).count()
     };
-    // Chunked passes: the chunk loop (most FFMA among loops with shuffles, innermost on ties)
-    // and the smallest loop strictly around it.
+    // Chunked passes: the chunk loop (most FFMA among loops with shuffles, innermost on ties,
+    // inside the innermost loop that loads state rows where there is one: the window build's
+    // loops can hold more FFMA, KDA's per-channel decays) and the smallest loop strictly around it.
+    let loads_state = |b: usize| {
+        let (s, e) = cfg.blocks[b];
+        ins[s..e]
+            .iter()
+            .any(|i| i.is_global_load() && i.access_bytes() == state_width)
+    };
+    let state_loop = (0..cfg.loops.len())
+        .filter(|&l| cfg.loops[l].iter().any(|&b| loads_state(b)))
+        .min_by_key(|&l| cfg.loops[l].len());
     let chunk_loop = repeats.chunks.and_then(|_| {
         (0..cfg.loops.len())
             .filter(|&l| cfg.loops[l].iter().any(|&b| shuffles(b) > 0))
+            .filter(|&l| state_loop.is_none_or(|p| p != l && cfg.loops[p].is_superset(&cfg.loops[l])))
             .max_by_key(|&l| (loop_ffma[l], std::cmp::Reverse(cfg.loops[l].len())))
     });
     let around_chunks = chunk_loop.and_then(|c| {
@@ -213,9 +229,16 @@ pub fn count_traced(
             .passes
             .and_then(|_| (0..cfg.loops.len()).max_by_key(|&l| (loop_ffma[l], std::cmp::Reverse(l)))),
     };
-    let history_loop = repeats
-        .history
-        .and_then(|_| (0..cfg.loops.len()).max_by_key(|&l| (loop_ffma[l], std::cmp::Reverse(l))));
+    // A loop inside another (strictly smaller block set), and where the pass loop starts.
+    let nested = |l: usize| {
+        (0..cfg.loops.len())
+            .any(|o| o != l && cfg.loops[o].is_superset(&cfg.loops[l]) && cfg.loops[o].len() > cfg.loops[l].len())
+    };
+    let holds_loops = |l: usize| {
+        (0..cfg.loops.len())
+            .any(|i| i != l && cfg.loops[l].is_superset(&cfg.loops[i]) && cfg.loops[l].len() > cfg.loops[i].len())
+    };
+    let pass_start = pass_loop.map_or(0, |l| cfg.loops[l].iter().copied().min().unwrap_or(0));
     let unrolled = repeats.unrolled.map_or(1.0, |(of, run)| run / of);
     // Per-position code starts after the last state load (every row is requested first).
     let rows_loaded = ins
@@ -235,13 +258,22 @@ pub fn count_traced(
                         w *= chunks;
                     } else if Some(l) == pass_loop {
                         w *= repeats.passes.unwrap_or(1.0);
-                    } else if loop_ffma[l] >= 1 && b > after_passes {
-                        w *= unrolled;
+                    } else if b > after_passes {
+                        // With a history, the per-row history pass: its row loop (holding other
+                        // loops) once, its chunk loop `chunks` times, its record loop (innermost)
+                        // `history` times; the solve's row loop as staged V's.
+                        match (repeats.history, nested(l), holds_loops(l)) {
+                            (Some(h), true, false) => w *= h,
+                            (Some(_), true, true) => w *= chunks,
+                            (Some(_), false, true) => {}
+                            _ if loop_ffma[l] >= 1 => w *= unrolled,
+                            _ => {}
+                        }
+                    } else if let Some(h) = repeats.history.filter(|_| b < pass_start) {
+                        w *= if nested(l) { chunks } else { h / 4.0 };
                     }
                 } else if Some(l) == pass_loop {
                     w *= repeats.passes.unwrap_or(1.0) * unrolled;
-                } else if Some(l) == history_loop {
-                    w *= repeats.history.unwrap_or(1.0);
                 } else if loop_ffma[l] >= 1 && pass_loop.is_none() {
                     w *= repeats.per_position_loop;
                 }

@@ -113,10 +113,10 @@ pub enum RepeatsRule {
     /// chunks of 4 positions (a loop), and the per-row solve after the passes holds the window
     /// unrolled to 16 positions.
     ChunkedPasses,
-    /// VB at cache length `cache_len`, every draft accepted (the floor rows' `a = T`): the
-    /// history replay (the loop with the most FFMA) runs the cycle's average history
-    /// `T (c - 1) / 2`, `c = floor((L - T) / T) + 1`; the window is unrolled as in V default.
-    History { cache_len: usize },
+    /// VB at cache length `cache_len`, every draft accepted (the floor rows' `a = T`): staged V's
+    /// passes and chunks, plus the cycle's average history `T (c - 1) / 2`,
+    /// `c = floor((L - T) / T) + 1` records (`Repeats::history` says where they repeat).
+    ChunkedHistory { cache_len: usize },
 }
 
 /// Every implementation the model covers (the bench's kernels at their launch shapes).
@@ -234,21 +234,21 @@ pub const KERNELS: [Kernel; 19] = [
     ),
     k(
         "VB-L16",
-        "default",
+        "staged",
         "verify_buffered_kernel",
         None,
-        16,
+        0,
         false,
-        RepeatsRule::History { cache_len: 16 },
+        RepeatsRule::ChunkedHistory { cache_len: 16 },
     ),
     k(
         "VB-L32",
-        "default",
+        "staged",
         "verify_buffered_kernel",
         None,
-        16,
+        0,
         false,
-        RepeatsRule::History { cache_len: 32 },
+        RepeatsRule::ChunkedHistory { cache_len: 32 },
     ),
     k(
         "D-nonflush",
@@ -465,15 +465,15 @@ fn function_of<'a>(functions: &'a [Function], kn: &Kernel, p: &Point) -> Option<
 fn repeats_of(kn: &Kernel, t: f64, rows: usize) -> Repeats {
     let passes = Some((rows / 16) as f64);
     let history = match kn.shape_of_repeats {
-        RepeatsRule::History { cache_len } => Some(history_records(cache_len, t)),
+        RepeatsRule::ChunkedHistory { cache_len } => Some(history_records(cache_len, t)),
         _ => None,
     };
     let (per_position_loop, unrolled, passes, chunks) = match kn.shape_of_repeats {
         RepeatsRule::PerPosition => (t, None, None, None),
         RepeatsRule::HalfCache => (((t - 1.0) / 2.0).max(0.0), None, None, None),
-        RepeatsRule::Unrolled | RepeatsRule::History { .. } => (t, Some((UNROLLED_POSITIONS, t)), None, None),
+        RepeatsRule::Unrolled => (t, Some((UNROLLED_POSITIONS, t)), None, None),
         RepeatsRule::Passes => (t, Some((UNROLLED_POSITIONS, t)), passes, None),
-        RepeatsRule::ChunkedPasses => (
+        RepeatsRule::ChunkedPasses | RepeatsRule::ChunkedHistory { .. } => (
             t,
             Some((UNROLLED_POSITIONS, t)),
             passes,

@@ -147,7 +147,7 @@ pub fn render(m: &Machine, grid: &[(Point, Vec<Prediction>)]) -> String {
 
 /// The buffered step's ratio against the baseline at cache length `l` with the model's F.
 pub fn buffered_ratio(m: &Machine, p: &Point, ps: &[Prediction], baseline_us: f64, l: usize) -> Option<f64> {
-    let vb = find(ps, &format!("VB-L{l}"), DEFAULT_IMPL)?;
+    let vb = best(ps, &format!("VB-L{l}"))?;
     let f = best(ps, "F")?;
     buffered_step_us(m, p, vb, f, l).map(|us| baseline_us / us)
 }

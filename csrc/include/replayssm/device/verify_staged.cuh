@@ -203,10 +203,12 @@ __device__ __forceinline__ void load_stream_rows(const float *head_state, int rb
 // The forward substitution of one state row (row `local` of the block) from its projections
 // proj [2 T][pitch] (slot 2 i: on position i's decayed key, 2 i + 1: on its query): per position
 // u_i and the output, written over slot i of its own column (read before: see
-// verify_staged_smem_floats). One thread per row, after the passes.
+// verify_staged_smem_floats). One thread per row, after the passes. With `ru` (VB) the row's u_i
+// also go to ru[i * ru_stride].
 template <bool KDA>
 __device__ __forceinline__ void staged_row_solve(const WindowSmem &w, const float *eG, float *proj, int pitch,
-                                                 const float *v_s, int T, int len, int RB, int local) {
+                                                 const float *v_s, int T, int len, int RB, int local,
+                                                 float *ru = nullptr, int64_t ru_stride = 0) {
   constexpr int TMAX = RSSM_MAX_VERIFY_WINDOW;
   float u[TMAX];
   RSSM_UNROLL
@@ -215,64 +217,27 @@ __device__ __forceinline__ void staged_row_solve(const WindowSmem &w, const floa
     const float dk = proj[(2 * i) * pitch + local], dq = proj[(2 * i + 1) * pitch + local];
     proj[i * pitch + local] = window_solve(w, T, i, w.anc[i], KDA ? 1.0f : eG[i], v_s[i * RB + local], dk, dq,
                                               [&](int j) -> float & { return u[j]; });
+    if (ru) ru[i * ru_stride] = u[i];
   }
 }
 
-// One block per (row block of `block_rows` rows, value head, request). The first two passes'
-// checkpoint rows are requested before the window is built (4 KB per warp in flight at K = 128
-// before the first wait), then each pass requests the rows two passes ahead while it
-// projects its rows on the window: per chunk of 4 positions, 2 shared reads per position serve
-// the warp's 4 rows and one reduce-scatter finishes the 32 projections, which go to shared
-// memory. The forward substitution runs once per row after the passes (a thread per row), and
-// the output tile is stored as vectors.
-// (Min-blocks hint: 4 blocks per SM at K = 128 (three 4-row buffers and 32 projections take
-// about 120 registers), 5 at K = 32 and 64, 1 at K = 256, whose buffers hold twice the channels.
-// tests/resources.rs guards it.)
-template <int EPL, class Act, bool KDA>
-__global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ? 4 : 5) verify_staged_kernel(const rssm_verify_params p) {
+// The passes of staged V's streaming layout (and VB's) over the block's `rows` checkpoint rows of
+// one head: `s` and `s1` hold passes 0 and 1 (requested by the caller before the window was
+// built); each pass requests the rows two passes ahead while it projects its rows on the window:
+// per chunk of 4 positions, 2 shared reads per position serve the warp's 4 rows and one
+// reduce-scatter finishes the 32 projections, stored in proj [2 T][pitch] (slot 2 i: on position
+// i's decayed key, 2 i + 1: on its query). Whole block; the caller's barrier follows.
+template <int EPL>
+__device__ __forceinline__ void stream_projections(const float *head_state, int rb0, int rows, int len,
+                                                   const WindowSmem &w, float *proj, int pitch,
+                                                   float (&s)[StreamLanes<EPL>::kRows][StreamLanes<EPL>::G][StreamLanes<EPL>::E],
+                                                   float (&s1)[StreamLanes<EPL>::kRows][StreamLanes<EPL>::G][StreamLanes<EPL>::E]) {
   constexpr int K = kWarpSize * EPL;
   using L = StreamLanes<EPL>;
   constexpr int R = L::kRows, G = L::G, E = L::E, C = L::kChunk, RPP = L::kRowsPerPass;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int hv = blockIdx.y, req = blockIdx.z;
-  const int RB = verify_staged_block_rows(p.base.block_rows, p.base.V);
-  const int rb0 = blockIdx.x * RB;
-  const int rows = RB < p.base.V - rb0 ? RB : p.base.V - rb0;  // > 0: the grid has ceil(V / RB) row blocks
-  const int passes = (rows + RPP - 1) / RPP, T = p.max_seqlen;
-  const bool reporter = blockIdx.x == 0 && threadIdx.x == 0;
-
-  VerifyRequest rq;
-  if (!verify_request(p, req, reporter, rq)) {
-    verify_skipped_request<Act>(p, req, hv, rb0, rb0 + rows);
-    return;
-  }
-  RSSM_DYNAMIC_SMEM(float, smem);
-  const WindowSmem w = window_smem(smem, T, K, KDA);
-  float *eG = smem + verify_smem_floats(T, K, KDA);  // [T]
-  float *v_s = eG + T;                               // [T][RB]
-  float *proj = v_s + T * RB;                        // [2 T][pitch], then the outputs [T][pitch]
-  const int pitch = verify_staged_proj_pitch(RB);
-
-  // The first two passes' checkpoint rows, in flight while the window is built.
-  const int64_t layer_slot = int64_t(p.base.layer) * p.base.num_slots + (rq.live ? rq.slot : 0);
-  const int64_t head = int64_t(p.base.V) * K;
-  const float *head_state = p.base.state +
-                            state_offset(p.base.state_slot_stride, p.base.state_layer_stride, p.base.layer, rq.live ? rq.slot : 0,
-                                         p.base.num_slots, p.base.HV * head) +
-                            hv * head;
-  float s[R][G][E], s1[R][G][E], s2[R][G][E];
-  load_stream_rows<EPL>(head_state, rb0, 0, rows, rq.live, warp, lane, s);
-  load_stream_rows<EPL>(head_state, rb0, 1, rows, rq.live, warp, lane, s1);
-
-  const bool tree_ok = rq.live && verify_tree_ok(p, rq, w, reporter);
-  if (!tree_ok) {  // null, untrusted slot or bad tree: zero outputs, no ring writes
-    verify_zero_outputs<Act>(p, rq, hv, rb0, rb0 + rows);
-    return;
-  }
-  build_window<EPL, Act, KDA>(p, rq, w, hv, layer_slot);
-  stage_window_tile<EPL, Act, KDA>(p, rq, w, eG, v_s, hv, rb0, rows, RB, 0);
-
-  const int len = rq.len;
+  const int passes = (rows + RPP - 1) / RPP;
+  float s2[R][G][E];
   // Projection index: position in the chunk (bits 4, 3), key 0 / query 1 (bit 2), row (bits 1, 0).
   // A lane keeps its projection j in slot j ^ lane for the position and key/query bits (which
   // position and which of kh / qh it reads are per-lane addresses), so the scatter's first three
@@ -323,11 +288,91 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ?
           s1[r][g][e] = s2[r][g][e];
         }
   }
+}
+
+// Where a streaming block (staged V, VB) works: rows rb0 .. rb0 + rows of value head hv of
+// request req, RB rows per block.
+struct StreamBlock {
+  int hv, req, RB, rb0, rows;
+  bool reporter;
+  __device__ __forceinline__ explicit StreamBlock(const rssm_base_params &b) : hv(blockIdx.y), req(blockIdx.z) {
+    RB = verify_staged_block_rows(b.block_rows, b.V);
+    rb0 = blockIdx.x * RB;
+    rows = RB < b.V - rb0 ? RB : b.V - rb0;  // > 0: the grid has ceil(V / RB) row blocks
+    reporter = blockIdx.x == 0 && threadIdx.x == 0;
+  }
+};
+
+// The staged tiles after the window arrays (verify_staged_smem_floats): exp of the GDN decay
+// sums eG [T], the v tile v_s [T][RB], the projections proj [2 T][pitch] (then the outputs).
+struct StagedTiles {
+  float *eG, *v_s, *proj;
+  int pitch;
+  __device__ __forceinline__ StagedTiles(float *smem, int T, int K, bool kda, int RB) {
+    eG = smem + verify_smem_floats(T, K, kda);
+    v_s = eG + T;
+    proj = v_s + T * RB;
+    pitch = verify_staged_proj_pitch(RB);
+  }
+  __device__ __forceinline__ float *end(int T) const { return proj + 2 * T * pitch; }
+};
+
+// Value head hv's checkpoint of `slot` at the params' layer.
+template <int K>
+__device__ __forceinline__ const float *checkpoint_head(const rssm_base_params &b, int slot, int hv) {
+  const int64_t head = int64_t(b.V) * K;
+  return b.state + state_offset(b.state_slot_stride, b.state_layer_stride, b.layer, slot, b.num_slots, b.HV * head) +
+         hv * head;
+}
+
+// One block per (row block of `block_rows` rows, value head, request). The first two passes'
+// checkpoint rows are requested before the window is built (4 KB per warp in flight at K = 128
+// before the first wait), then each pass requests the rows two passes ahead while it
+// projects its rows on the window: per chunk of 4 positions, 2 shared reads per position serve
+// the warp's 4 rows and one reduce-scatter finishes the 32 projections, which go to shared
+// memory. The forward substitution runs once per row after the passes (a thread per row), and
+// the output tile is stored as vectors.
+// (Min-blocks hint: 4 blocks per SM at K = 128 (three 4-row buffers and 32 projections take
+// about 120 registers), 5 at K = 32 and 64, 1 at K = 256, whose buffers hold twice the channels.
+// tests/resources.rs guards it.)
+template <int EPL, class Act, bool KDA>
+__global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ? 4 : 5) verify_staged_kernel(const rssm_verify_params p) {
+  constexpr int K = kWarpSize * EPL;
+  using L = StreamLanes<EPL>;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const StreamBlock at(p.base);
+  const int hv = at.hv, RB = at.RB, rb0 = at.rb0, rows = at.rows, T = p.max_seqlen;
+
+  VerifyRequest rq;
+  if (!verify_request(p, at.req, at.reporter, rq)) {
+    verify_skipped_request<Act>(p, at.req, hv, rb0, rb0 + rows);
+    return;
+  }
+  RSSM_DYNAMIC_SMEM(float, smem);
+  const WindowSmem w = window_smem(smem, T, K, KDA);
+  const StagedTiles tiles(smem, T, K, KDA, RB);
+
+  // The first two passes' checkpoint rows, in flight while the window is built.
+  const int64_t layer_slot = int64_t(p.base.layer) * p.base.num_slots + (rq.live ? rq.slot : 0);
+  const float *head_state = checkpoint_head<K>(p.base, rq.live ? rq.slot : 0, hv);
+  float s[L::kRows][L::G][L::E], s1[L::kRows][L::G][L::E];
+  load_stream_rows<EPL>(head_state, rb0, 0, rows, rq.live, warp, lane, s);
+  load_stream_rows<EPL>(head_state, rb0, 1, rows, rq.live, warp, lane, s1);
+
+  const bool tree_ok = rq.live && verify_tree_ok(p, rq, w, at.reporter);
+  if (!tree_ok) {  // null, untrusted slot or bad tree: zero outputs, no ring writes
+    verify_zero_outputs<Act>(p, rq, hv, rb0, rb0 + rows);
+    return;
+  }
+  build_window<EPL, Act, KDA>(p, rq, w, hv, layer_slot);
+  stage_window_tile<EPL, Act, KDA>(p, rq, w, tiles.eG, tiles.v_s, hv, rb0, rows, RB, 0);
+
+  stream_projections<EPL>(head_state, rb0, rows, rq.len, w, tiles.proj, tiles.pitch, s, s1);
   __syncthreads();
   for (int local = threadIdx.x; local < rows; local += blockDim.x)
-    staged_row_solve<KDA>(w, eG, proj, pitch, v_s, T, len, RB, local);
+    staged_row_solve<KDA>(w, tiles.eG, tiles.proj, tiles.pitch, tiles.v_s, T, rq.len, RB, local);
   __syncthreads();
-  store_output_tile<Act>(p, rq, proj, hv, rb0, rows, pitch);
+  store_output_tile<Act>(p, rq, tiles.proj, hv, rb0, rows, tiles.pitch);
 }
 
 }  // namespace rssm
