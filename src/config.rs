@@ -661,7 +661,7 @@ impl ResolvedConfig {
                 "VF deferred fold with V chain verify (strictly-lower window mask); F flushes"
             }
             (Mode::Spec, _) if self.spec_buffered.is_some() => {
-                "VB buffered verify (history replayed from the ring, strictly-lower window mask); F flushes"
+                "VB buffered verify (checkpoint plus the history's stored corrections, strictly-lower window mask); F flushes"
             }
             (Mode::Spec, DraftShape::Tree { .. }) => {
                 "VT tree verify (strict-ancestor mask) + FT path fold (fold-every-commit)"

@@ -21,15 +21,20 @@ pub struct Repeats {
     /// loop around it `passes` times, and a loop with FFMA after it (the per-row solve) holds
     /// `unrolled` positions once.
     pub chunks: Option<f64>,
-    /// With `chunks`, the kernel also applies a history of this many records (VB). Before the
-    /// pass loop an outermost loop runs `history / 4` times (a warp's share of the records, or
-    /// of a staging copy of 4 loads per thread over K = 128 channels or rows) and a loop inside
-    /// one `chunks` times (the window's chunks); the window's own loops there are counted the
-    /// same way (pessimistic at small T), and KDA's per-channel decay sum (`history` per thread)
-    /// is undercounted 4x. After the passes, the per-row history pass: its record loop (nested,
-    /// innermost) `history` times, its chunk loop (nested, holding it) `chunks` times.
+    /// With `chunks`, the kernel also applies a history of this many records (VB), in two
+    /// regions. Before the pass loop, the code after staged V's window barriers
+    /// ([`WINDOW_BARRIERS`]): an outermost loop runs `history / 4` times (a warp's share of the
+    /// records, or a staging copy of 4 loads per thread over K = 128 channels or rows; KDA's
+    /// per-channel decay sum, `history` per thread, is undercounted 4x) and a loop inside one
+    /// `chunks` times (the window's chunks). After the passes, the first row loop (the per-row
+    /// history pass, before the solve's): once, its chunk loop `chunks` times, its record loop
+    /// `history` times.
     pub history: Option<f64>,
 }
+
+/// Barriers staged V's window code takes before its passes (verify_tree_ok 1, build_window 3,
+/// stage_window_tile 1): VB's history staging starts after them.
+pub const WINDOW_BARRIERS: usize = 5;
 
 /// One block's counts, per warp (every warp of a row-tiled block runs the same code).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -239,6 +244,19 @@ pub fn count_traced(
             .any(|i| i != l && cfg.loops[l].is_superset(&cfg.loops[i]) && cfg.loops[l].len() > cfg.loops[i].len())
     };
     let pass_start = pass_loop.map_or(0, |l| cfg.loops[l].iter().copied().min().unwrap_or(0));
+    // VB's history regions: from the block after the window's barriers to the pass loop, and
+    // the first outermost loop after the passes.
+    let barrier_blocks: Vec<usize> = (0..cfg.blocks.len())
+        .filter(|&b| {
+            let (s, e) = cfg.blocks[b];
+            ins[s..e].iter().any(|i| i.opcode.starts_with("BAR.SYNC"))
+        })
+        .collect();
+    let history_start = barrier_blocks.get(WINDOW_BARRIERS - 1).map_or(usize::MAX, |&b| b + 1);
+    let history_pass = (0..cfg.loops.len())
+        .filter(|&l| !nested(l) && cfg.loops[l].iter().all(|&b| b > after_passes))
+        .min_by_key(|&l| cfg.loops[l].iter().copied().min().unwrap_or(usize::MAX));
+    let in_history_pass = |b: usize| history_pass.is_some_and(|l| cfg.loops[l].contains(&b));
     let unrolled = repeats.unrolled.map_or(1.0, |(of, run)| run / of);
     // Per-position code starts after the last state load (every row is requested first).
     let rows_loaded = ins
@@ -258,18 +276,14 @@ pub fn count_traced(
                         w *= chunks;
                     } else if Some(l) == pass_loop {
                         w *= repeats.passes.unwrap_or(1.0);
-                    } else if b > after_passes {
-                        // With a history, the per-row history pass: its row loop (holding other
-                        // loops) once, its chunk loop `chunks` times, its record loop (innermost)
-                        // `history` times; the solve's row loop as staged V's.
-                        match (repeats.history, nested(l), holds_loops(l)) {
-                            (Some(h), true, false) => w *= h,
-                            (Some(_), true, true) => w *= chunks,
-                            (Some(_), false, true) => {}
-                            _ if loop_ffma[l] >= 1 => w *= unrolled,
-                            _ => {}
+                    } else if let Some(h) = repeats.history.filter(|_| in_history_pass(b)) {
+                        // The per-row history pass: the row loop once, chunks, records.
+                        if nested(l) {
+                            w *= if holds_loops(l) { chunks } else { h };
                         }
-                    } else if let Some(h) = repeats.history.filter(|_| b < pass_start) {
+                    } else if loop_ffma[l] >= 1 && b > after_passes {
+                        w *= unrolled;
+                    } else if let Some(h) = repeats.history.filter(|_| b >= history_start && b < pass_start) {
                         w *= if nested(l) { chunks } else { h / 4.0 };
                     }
                 } else if Some(l) == pass_loop {

@@ -489,7 +489,7 @@ fn repeats_of(kn: &Kernel, t: f64, rows: usize) -> Repeats {
     }
 }
 
-/// The records VB's history replay runs per verify, on average over a flush cycle at cache
+/// The history records VB applies per verify, on average over a flush cycle at cache
 /// length `cache_len` with every one of `t` draft tokens accepted (`floor::buffered_step_bytes`'s
 /// cycle).
 fn history_records(cache_len: usize, t: f64) -> f64 {

@@ -54,22 +54,32 @@ struct HistorySmem {
   }
 };
 
-// `n` floats from global memory into shared memory, src[(idx / cols) * src_row + idx % cols] to
-// dst[(idx / cols) * dst_row + idx % cols], 4 loads per thread before any store. Whole block.
+// `n_rows` rows of `cols` values from global to shared memory (src[r * src_row + c] to
+// dst[r * dst_row + c]): consecutive threads on consecutive columns (min(cols, threads) of them
+// per row, the other threads on the next rows), 4 rows loaded per thread before any store; no
+// division per element. Whole block.
 template <class Src>
-__device__ __forceinline__ void stage_rows(const Src *src, int64_t src_row, float *dst, int dst_row, int cols, int n) {
+__device__ __forceinline__ void stage_rows(const Src *src, int64_t src_row, float *dst, int dst_row, int cols,
+                                           int n_rows) {
   constexpr int BATCH = 4;
-  for (int idx0 = threadIdx.x; idx0 < n; idx0 += BATCH * blockDim.x) {
-    float x[BATCH];
-    RSSM_UNROLL
-    for (int b = 0; b < BATCH; ++b) {
-      const int idx = idx0 + b * blockDim.x;
-      x[b] = idx < n ? to_float(src[int64_t(idx / cols) * src_row + idx % cols]) : 0.0f;
-    }
-    RSSM_UNROLL
-    for (int b = 0; b < BATCH; ++b) {
-      const int idx = idx0 + b * blockDim.x;
-      if (idx < n) dst[(idx / cols) * dst_row + idx % cols] = x[b];
+  const int lanes = cols < int(blockDim.x) ? cols : int(blockDim.x), groups = int(blockDim.x) / lanes;
+  if (int(threadIdx.x) >= lanes * groups) return;  // (no barrier inside)
+  const int c0 = int(threadIdx.x) % lanes, r00 = int(threadIdx.x) / lanes;
+  // Rows outside, columns inside (one trip where cols <= threads): the model's h / 4 and
+  // ceil(T / 4) weights for a loop and a loop inside it hold at K = 128 and 128 rows.
+  for (int r0 = r00; r0 < n_rows; r0 += BATCH * groups) {
+    for (int c = c0; c < cols; c += lanes) {
+      float x[BATCH];
+      RSSM_UNROLL
+      for (int b = 0; b < BATCH; ++b) {
+        const int r = r0 + b * groups;
+        x[b] = r < n_rows ? to_float(src[int64_t(r) * src_row + c]) : 0.0f;
+      }
+      RSSM_UNROLL
+      for (int b = 0; b < BATCH; ++b) {
+        const int r = r0 + b * groups;
+        if (r < n_rows) dst[r * dst_row + c] = x[b];
+      }
     }
   }
 }
@@ -90,9 +100,9 @@ __device__ __forceinline__ void buffered_history_terms(const rssm_verify_buffere
   const int kc = lane * EPL, L = p.ring.window, len = rq.len;
   const int64_t head_pos = (layer_slot * p.base.HV + hv) * int64_t(L);  // ring position 0 of this head
   const Act *rk = static_cast<const Act *>(p.ring.k) + (layer_slot * p.base.H + hv / (p.base.HV / p.base.H)) * int64_t(L) * K;
-  stage_rows(rk, K, hs.k, K, K, h * K);
-  stage_rows(p.ring.g + head_pos * GW, GW, hs.g, GW, GW, h * GW);
-  stage_rows(vb.ring_u + head_pos * p.base.V + rb0, p.base.V, hs.u, RB, rows, h * rows);
+  stage_rows(rk, K, hs.k, K, K, h);
+  stage_rows(p.ring.g + head_pos * GW, GW, hs.g, GW, GW, h);
+  stage_rows(vb.ring_u + head_pos * p.base.V + rb0, p.base.V, hs.u, RB, rows, h);
   __syncthreads();
 
   // The decays after each record, summed from the end (GDN: one thread; KDA: one per channel).
@@ -240,11 +250,12 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ?
   stream_projections<EPL>(head_state, rb0, rows, rq.len, w, tiles.proj, tiles.pitch, s, s1);
   __syncthreads();
   float *ru = vb.ring_u + ((layer_slot * p.base.HV + hv) * int64_t(L) + h) * p.base.V + rb0;
-  for (int local = threadIdx.x; local < rows; local += blockDim.x) {
+  // Two row loops (a thread keeps its rows in both): the history's pass, then the solve with
+  // eg = 1 (GDN's decays went into the projections). The model tells them apart by this order.
+  for (int local = threadIdx.x; local < rows; local += blockDim.x)
     buffered_row_history<KDA>(hs, tiles, rq.len, RB, local, h);
-    // eg = 1: GDN's decays went into the projections above.
+  for (int local = threadIdx.x; local < rows; local += blockDim.x)
     staged_row_solve<true>(w, tiles.eG, tiles.proj, tiles.pitch, tiles.v_s, T, rq.len, RB, local, ru + local, p.base.V);
-  }
   __syncthreads();
   store_output_tile<Act>(p, rq, tiles.proj, hv, rb0, rows, tiles.pitch);
 }
