@@ -366,6 +366,8 @@ struct RawVb {
     ring_u: Vec<f32>,
     cursors: Vec<i32>,
     error_word: u32,
+    /// `base.block_rows` (0: the whole head, V = 32; 16: two row blocks per head).
+    block_rows: i32,
 }
 
 const RAW_L: usize = 8;
@@ -396,11 +398,17 @@ impl RawVb {
             ring_u: rand(ns * 2 * RAW_L * 32),
             cursors: vec![0, 3, 2, 0],
             error_word: 0,
+            block_rows: 0,
             data,
         }
     }
 
     fn launch(&mut self) -> ffi::rssm_status {
+        self.launch_with(|_| {})
+    }
+
+    /// The launch with its params edited first.
+    fn launch_with(&mut self, edit: impl FnOnce(&mut ffi::rssm_verify_buffered_params)) -> ffi::rssm_status {
         let replayssm_tools::workload::GateData::Precomputed { g, beta } = &self.data.gate else {
             unreachable!()
         };
@@ -422,6 +430,7 @@ impl RawVb {
                 variant: ffi::rssm_variant_RSSM_VARIANT_GDN as i32,
                 qk_l2norm: 1,
                 impl_: ffi::rssm_impl_RSSM_IMPL_STAGED as i32,
+                block_rows: self.block_rows,
                 ..Default::default()
             },
             tokens: ffi::rssm_token_params {
@@ -451,11 +460,12 @@ impl RawVb {
             max_seqlen: 3,
             ..Default::default()
         };
-        let p = ffi::rssm_verify_buffered_params {
+        let mut p = ffi::rssm_verify_buffered_params {
             verify,
             cursors: self.cursors.as_ptr(),
             ring_u: self.ring_u.as_mut_ptr(),
         };
+        edit(&mut p);
         // SAFETY: host buffers sized for these params; only the cursors may be garbage.
         unsafe { ffi::rssm_emu_verify_buffered(&p, std::ptr::null_mut()) }
     }
@@ -581,6 +591,96 @@ fn the_history_corrections_enter_the_outputs() {
             "slot {slot}: the other request changed"
         );
     }
+}
+
+/// Two row blocks per head (block_rows = 16 of V = 32): each block stages the same history and
+/// writes its own rows' outputs and corrections; the result is the whole-head launch's up to the
+/// projections' summation order.
+#[test]
+fn row_blocks_give_the_whole_head_result() {
+    let mut whole = RawVb::new(53);
+    assert_eq!(whole.launch(), ffi::rssm_status_RSSM_OK);
+    let mut split = RawVb::new(53);
+    split.block_rows = 16;
+    assert_eq!(split.launch(), ffi::rssm_status_RSSM_OK);
+    assert_eq!(split.error_word, 0);
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "{what}[{i}]: {x} with two row blocks, {y} over the whole head"
+            );
+        }
+    };
+    close(&split.o.to_f32(), &whole.o.to_f32(), "outputs");
+    close(&split.ring_u, &whole.ring_u, "ring_u");
+    // Every row of both written windows was written (the fresh ring_u differs there).
+    let fresh = RawVb::new(53);
+    for (slot, h, len) in [(1usize, 3usize, 3usize), (2, 2, 2)] {
+        for hv in 0..2 {
+            for pos in h..h + len {
+                let at = ((slot * 2 + hv) * RAW_L + pos) * 32;
+                for r in 0..32 {
+                    assert_ne!(
+                        split.ring_u[at + r].to_bits(),
+                        fresh.ring_u[at + r].to_bits(),
+                        "slot {slot} head {hv} position {pos} row {r} not written"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// What the launch layer refuses before any work (the checks every caller reaches): another
+/// implementation, no ring_u, a ring past 64 positions.
+#[test]
+fn the_launch_refuses_what_vb_cannot_run() {
+    for (what, edit) in [("impl DEFAULT", 0), ("ring_u null", 1), ("ring of 65 positions", 2)] {
+        let mut w = RawVb::new(59);
+        let o_before = w.o.to_f32();
+        let st = match edit {
+            0 => w.launch_with(|p| p.verify.base.impl_ = ffi::rssm_impl_RSSM_IMPL_DEFAULT as i32),
+            1 => w.launch_with(|p| p.ring_u = std::ptr::null_mut()),
+            _ => w.launch_with(|p| p.verify.ring.window = 65),
+        };
+        assert_eq!(st, ffi::rssm_status_RSSM_ERR_INVALID_ARGUMENT, "{what}");
+        assert!(bits_equal(&w.o.to_f32(), &o_before).is_ok(), "{what}: outputs written");
+    }
+}
+
+/// The block's shared memory decides the rows per block: the whole head where it fits, fewer
+/// rows where it does not, and a refusal naming the shape where even 16 rows do not fit (a KDA
+/// ring of 64 positions at K = 256 stages 64 keys and 65 rows of decays of 256 channels).
+#[test]
+fn the_rows_per_block_fit_the_shared_memory_or_the_ring_is_refused() {
+    use replayssm::checks::params::buffered_block_rows;
+    assert_eq!(buffered_block_rows(4, 16, 128, 128, false), Ok(0));
+    let rows = buffered_block_rows(4, 64, 256, 128, true).unwrap();
+    assert!([16, 32, 64].contains(&rows), "{rows}");
+    let e = buffered_block_rows(16, 64, 256, 128, true).unwrap_err();
+    assert!(
+        e.contains("cache_len = 64") && e.contains("K = 256") && e.contains("16 rows"),
+        "{e}"
+    );
+    // Refused when the ring is made, not at every launch.
+    let shape = RingShape {
+        variant: Variant::Kda,
+        dims: HeadDims {
+            h: 1,
+            hv: 1,
+            k: 256,
+            v: 16,
+        },
+        dtype: DType::BF16,
+        layers: 1,
+        slots: 1,
+        window: 16,
+    };
+    let pool = buffered_pool(&shape, 64, &vec![0.0; shape.pool_elems()]);
+    let e = BufferedRing::for_pool(&pool, 16, DType::BF16, true).unwrap_err();
+    assert!(e.to_string().contains("shared memory"), "{e}");
+    assert!(BufferedRing::for_pool(&pool, 4, DType::BF16, true).is_ok());
 }
 
 /// The cursor kernel on garbage: a cursor or accept length out of range flags BAD_LENGTH and keeps

@@ -815,6 +815,44 @@ pub fn buffered_cache_len(cache_len: i64, window: i64) -> Check {
     }
 }
 
+/// Rows per VB block for windows of up to `t` tokens over a ring of `l` positions: the whole head
+/// (0) where its shared memory fits, else the largest of 64, 32 and 16 rows that fits (V's own
+/// staged rule included). The Rust wrapper launches with it; `BufferedRing::for_pool` refuses a
+/// ring no block fits.
+pub fn buffered_block_rows(t: usize, l: usize, k: usize, v: usize, kda: bool) -> std::result::Result<i32, String> {
+    for rows in [0u32, 64, 32, 16] {
+        let key = crate::tuning::Key {
+            kernel: crate::tuning::Kernel::V,
+            kda,
+            k,
+            v,
+            hv: 1,
+            window: t,
+            batch: 1,
+        };
+        let staged = crate::tuning::Choice {
+            imp: crate::tuning::Impl::Staged,
+            block_rows: rows,
+        };
+        if !crate::tuning::fits(&key, staged) || l > crate::limits::MAX_BUFFERED_CACHE_LEN {
+            continue;
+        }
+        // SAFETY: a pure size computation on launchable shapes (`fits` bounded T, K and V).
+        let smem = unsafe {
+            ffi::rssm_verify_buffered_smem_bytes(t as i32, l as i32, k as i32, kda as i32, rows as i32, v as i32)
+        };
+        if smem <= ffi::RSSM_VERIFY_STAGED_MAX_SMEM as i64 {
+            return Ok(rows as i32);
+        }
+    }
+    Err(format!(
+        "cache_len = {l} with T = {t}, K = {k}, V = {v}{}: one VB block's shared memory exceeds {} bytes even at \
+         16 rows per block (a shorter ring or window)",
+        if kda { " (KDA)" } else { "" },
+        ffi::RSSM_VERIFY_STAGED_MAX_SMEM
+    ))
+}
+
 /// The checks of `rssm_verify_buffered`'s params (the Rust wrapper's launch): V's on the verify
 /// (STAGED, linear chains, the ring required), the ring of L positions, the cursors and ring_u.
 pub(crate) fn verify_buffered(p: &ffi::rssm_verify_buffered_params, reach: impl Into<Reach>) -> Check {

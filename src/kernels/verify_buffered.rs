@@ -63,9 +63,13 @@ impl Stream {
             Some(&mut bring.ring),
         )?;
         verify.base.state = exec.store("pool", pool.storage())?.cast_mut();
-        // The one implementation, over the whole head.
+        // The one implementation, over the whole head where its shared memory fits.
+        let d = pool.shape().dims;
+        let kda = pool.shape().variant == crate::problem::Variant::Kda;
         verify.base.impl_ = ffi::rssm_impl_RSSM_IMPL_STAGED as i32;
-        verify.base.block_rows = 0;
+        verify.base.block_rows =
+            crate::checks::params::buffered_block_rows(verify.max_seqlen as usize, bring.cache_len(), d.k, d.v, kda)
+                .map_err(crate::error::Error::BadParam)?;
         let params = ffi::rssm_verify_buffered_params {
             verify,
             cursors: exec.store("cursors", &bring.cursors)?,

@@ -15,7 +15,7 @@
 //! nothing). `Stream::buffered_flush` and `buffered_reset` run between steps only, never between
 //! one layer's VB and the commit.
 
-use crate::checks::params::buffered_cache_len;
+use crate::checks::params::{buffered_block_rows, buffered_cache_len};
 use crate::config::{GateError, Mode};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -65,6 +65,15 @@ impl<M: Memory> BufferedRing<M> {
             });
         }
         buffered_cache_len(cache_len as i64, window as i64)?;
+        let s = pool.shape();
+        buffered_block_rows(
+            window,
+            cache_len,
+            s.dims.k,
+            s.dims.v,
+            s.variant == crate::problem::Variant::Kda,
+        )
+        .map_err(Error::BadParam)?;
         let ring = SpecRing::for_pool(pool, cache_len, dtype, l2norm)?;
         let s = ring.shape;
         let u_len = s.layers * s.slots * s.dims.hv * s.window * s.dims.v;

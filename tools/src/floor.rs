@@ -44,10 +44,10 @@ pub fn correction_bytes(d: &HeadDims) -> usize {
     d.hv * d.v * 4
 }
 
-/// Bytes VB reads per history record: its key, its decay (`HV·4`) and its correction u (not its v
-/// and beta: the correction replaces them).
-pub fn history_record_bytes(d: &HeadDims, act: DType) -> usize {
-    d.h * d.k * act.size() + d.hv * 4 + correction_bytes(d)
+/// Bytes VB reads per history record: its key, its decay (`HV·4`, KDA `HV·K·4`: one per key
+/// channel) and its correction u (not its v and beta: the correction replaces them).
+pub fn history_record_bytes(d: &HeadDims, variant: Variant, act: DType) -> usize {
+    d.h * d.k * act.size() + d.hv * d.gate_width(variant) * 4 + correction_bytes(d)
 }
 
 /// The buffered speculative step (kernel VB, design §4 VB) over a cycle of flushes, with `a`
@@ -58,10 +58,18 @@ pub fn history_record_bytes(d: &HeadDims, act: DType) -> usize {
 /// [`history_record_bytes`]), the window's T records and corrections written, the inputs and
 /// outputs; per cycle the flush reads and writes the checkpoint and reads `c a` raw records.
 /// Returns `(verify per layer, flush per layer)` averaged per step.
-pub fn buffered_step_bytes(d: &HeadDims, act: DType, batch: usize, t: usize, l: usize, a: usize) -> (f64, f64) {
+pub fn buffered_step_bytes(
+    d: &HeadDims,
+    variant: Variant,
+    act: DType,
+    batch: usize,
+    t: usize,
+    l: usize,
+    a: usize,
+) -> (f64, f64) {
     let state = (d.state_elems() * 4) as f64;
     let e = ring_record_bytes(d, act) as f64;
-    let (eh, u) = (history_record_bytes(d, act) as f64, correction_bytes(d) as f64);
+    let (eh, u) = (history_record_bytes(d, variant, act) as f64, correction_bytes(d) as f64);
     let io = (t * (2 * d.h * d.k + 2 * d.hv * d.v + 2 * d.hv) * act.size()) as f64;
     // Nothing accepted: one step per "cycle", nothing to flush.
     let c = l.saturating_sub(t).checked_div(a).map_or(1.0, |k| (k + 1) as f64);
@@ -247,7 +255,7 @@ pub fn kernel_floors(shape: &ModelShape, act: DType, b: usize, t: usize) -> Vec<
             .iter()
             .filter(|&&(cl, ..)| cl >= 2 * t)
             .flat_map(|&(cl, layer, step)| {
-                let (verify, flush) = buffered_step_bytes(d, act, b, t, cl, t);
+                let (verify, flush) = buffered_step_bytes(d, shape.variant, act, b, t, cl, t);
                 [
                     KernelFloor {
                         kernel: layer,
@@ -340,15 +348,15 @@ mod tests {
         // A history record read: k (bf16), g (f32) and u (f32); a window record also writes u.
         let (eh, u) = ((16 * 128 * 2 + 64 * 4 + 64 * 128 * 4) as f64, (64 * 128 * 4) as f64);
         let io = (4 * (2 * 16 * 128 + 2 * 64 * 128 + 2 * 64) * 2) as f64;
-        let (v16, f16) = buffered_step_bytes(&d, DType::BF16, 1, 4, 16, 4);
+        let (v16, f16) = buffered_step_bytes(&d, s.variant, DType::BF16, 1, 4, 16, 4);
         assert_eq!(v16, state + 6.0 * eh + 4.0 * (e + u) + io);
         assert_eq!(f16, (2.0 * state + 16.0 * e) / 4.0);
-        let (v32, f32_) = buffered_step_bytes(&d, DType::BF16, 1, 4, 32, 4);
+        let (v32, f32_) = buffered_step_bytes(&d, s.variant, DType::BF16, 1, 4, 32, 4);
         assert_eq!(v32, state + 14.0 * eh + 4.0 * (e + u) + io);
         assert_eq!(f32_, (2.0 * state + 32.0 * e) / 8.0);
         // Nothing accepted: no history, no flush.
         assert_eq!(
-            buffered_step_bytes(&d, DType::BF16, 1, 4, 16, 0),
+            buffered_step_bytes(&d, s.variant, DType::BF16, 1, 4, 16, 0),
             (state + 4.0 * (e + u) + io, 0.0)
         );
         let f = kernel_floors(&s, DType::BF16, 128, 4);

@@ -671,7 +671,8 @@ pub fn buffered_step_us(m: &Machine, p: &Point, vb: &Prediction, f: &Prediction,
     if cache_len < 2 * p.t {
         return None;
     }
-    let (_, flush) = crate::floor::buffered_step_bytes(&p.shape.dims, p.act, p.batch, p.t, cache_len, p.t);
+    let (_, flush) =
+        crate::floor::buffered_step_bytes(&p.shape.dims, p.shape.variant, p.act, p.batch, p.t, cache_len, p.t);
     let layers = p.shape.layers as f64;
     let flush_us = layers * flush / (m.bandwidth * f.percent_of_floor / 100.0) * 1e6;
     Some(layers * vb.time_us + flush_us)

@@ -65,8 +65,8 @@ __device__ __forceinline__ void stage_rows(const Src *src, int64_t src_row, floa
   const int lanes = cols < int(blockDim.x) ? cols : int(blockDim.x), groups = int(blockDim.x) / lanes;
   if (int(threadIdx.x) >= lanes * groups) return;  // (no barrier inside)
   const int c0 = int(threadIdx.x) % lanes, r00 = int(threadIdx.x) / lanes;
-  // Rows outside, columns inside (one trip where cols <= threads): the model's h / 4 and
-  // ceil(T / 4) weights for a loop and a loop inside it hold at K = 128 and 128 rows.
+  // Rows outside, columns inside (one trip where cols <= threads): the model's h / 4 weight for
+  // the row loop holds at K = 128 and 128 rows; its ceil(T / 4) for the column loop, at T <= 4.
   for (int r0 = r00; r0 < n_rows; r0 += BATCH * groups) {
     for (int c = c0; c < cols; c += lanes) {
       float x[BATCH];
