@@ -40,6 +40,9 @@
  *               (KDA [.., W, K]), ring_beta [NL, NS, HV, W] (f32); W = window
  *   decode ring ring_d [NL, NS, HV, L, V], ring_k [NL, NS, H, L, K], ring_g [NL, NS, HV, L] (KDA
  *               [.., L, K]), all f32; cursors [NS] i32; L = cache_len
+ *   buffered    (replayssm_verify_buffered) the spec ring with W = L positions (L = cache_len, at
+ *               most REPLAYSSM_MAX_BUFFERED_CACHE_LEN), ring_u [NL, NS, HV, L, V] f32, cursors
+ *               [NS] i32 (each slot's history length h), flush_lens [batch] i32
  *   slots [batch] i32: the request's slot, -1 = null row (zero outputs, nothing else written).
  *   accept_lens [batch] i32: ring records committed, 0..window, including the bonus token.
  *   cu_seqlens [batch + 1] i32: request r owns tokens cu_seqlens[r]..cu_seqlens[r+1]; it starts
@@ -116,6 +119,12 @@
  Longest buffered-decode ring (`cache_len`: pending records per slot and layer).
  */
 #define REPLAYSSM_MAX_CACHE_LEN 65536
+
+/*
+ Longest spec ring of the buffered speculative verify (`cache_len`, the ring's `window` in
+ `replayssm_verify_buffered`): VB stages a slot's history in shared memory.
+ */
+#define REPLAYSSM_MAX_BUFFERED_CACHE_LEN 64
 
 /*
  Key head dims K the kernels are compiled for, as a set of powers of two (32 | 64 | 128 | 256).
@@ -221,6 +230,45 @@ typedef enum replayssm_cursor_op {
    */
   REPLAYSSM_CURSOR_RESET = 2,
 } replayssm_cursor_op;
+
+/*
+ What `replayssm_defer` does to each row (see the kernel layer's `rssm_defer_op`).
+ */
+typedef enum replayssm_defer_op {
+  /*
+   Once per step, after the step's last layer's VF: the accepted records of the window VF wrote
+   are pending.
+   */
+  REPLAYSSM_DEFER_COMMIT = 0,
+  /*
+   `paths[b]` = the slot's pending ring positions, for `replayssm_fold`'s path mode (a flush).
+   */
+  REPLAYSSM_DEFER_GATHER = 1,
+  /*
+   The slot has nothing pending (after a flush, or handed to a new request).
+   */
+  REPLAYSSM_DEFER_RESET = 2,
+} replayssm_defer_op;
+
+/*
+ What `replayssm_buffered` does to each row (see the kernel layer's `rssm_buffered_op`).
+ */
+typedef enum replayssm_buffered_op {
+  /*
+   Once per step, after the step's last layer's VB: the history grows by `accept_lens[b]`; a
+   row whose next window would not fit flushes (`flush_lens[b]` = its history, cursor 0).
+   */
+  REPLAYSSM_BUFFERED_COMMIT = 0,
+  /*
+   `flush_lens[b]` = the slot's history, cursor 0: then `replayssm_fold` makes the checkpoint
+   current (before it is read, copied or handed out). Between steps only.
+   */
+  REPLAYSSM_BUFFERED_FLUSH = 1,
+  /*
+   Cursor 0: the slot was handed to a new request, or freed; its history is dropped.
+   */
+  REPLAYSSM_BUFFERED_RESET = 2,
+} replayssm_buffered_op;
 
 /*
  The params base every kernel over the checkpoint pool takes: the pool
@@ -453,6 +501,55 @@ typedef struct replayssm_defer_params {
   int32_t reserved;
 } replayssm_defer_params;
 
+/*
+ Kernel VB (buffered speculative verify of one layer) of `replayssm_verify_buffered`: a whole
+ `replayssm_verify_params` (the verify of the new window, as VF's; the ring is required, its
+ `window` is the cache length L (at most `REPLAYSSM_MAX_BUFFERED_CACHE_LEN`), `parent` NULL: a
+ linear chain), then the cursors `[num_slots]` (each slot's history length h, shared by all
+ layers, written only by `replayssm_buffered`) and the corrections `ring_u`
+ (`[num_layers, num_slots, HV, L, V]` f32, written and read by VB only). The base's `state` is
+ only read.
+ */
+typedef struct replayssm_verify_buffered_params {
+  uint32_t struct_size;
+  uint32_t flags;
+  /*
+   The verify of the new window (its own header included); the ring is required and its
+   `window` is L.
+   */
+  struct replayssm_verify_params verify;
+  const int32_t *cursors;
+  float *ring_u;
+} replayssm_verify_buffered_params;
+
+/*
+ The buffered speculative mode's cursors of `replayssm_buffered`: `op` is a
+ `replayssm_buffered_op`; `cache_len` is L (ring positions per slot), `window` T (the step's
+ longest draft window). COMMIT and FLUSH write every row's `flush_lens[b]`: kernel F's
+ `accept_lens` (`replayssm_fold` on the L ring) folds exactly the rows that flush.
+ */
+typedef struct replayssm_buffered_params {
+  uint32_t struct_size;
+  uint32_t flags;
+  int32_t *cursors;
+  const int32_t *slots;
+  /*
+   COMMIT: `[batch]`; NULL otherwise.
+   */
+  const int32_t *accept_lens;
+  /*
+   COMMIT, FLUSH: `[batch]` out; RESET: NULL.
+   */
+  int32_t *flush_lens;
+  uint32_t *error_word;
+  int32_t batch;
+  int32_t num_slots;
+  int32_t cache_len;
+  int32_t window;
+  int32_t op;
+  int32_t reserved;
+} replayssm_buffered_params;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -648,6 +745,35 @@ enum replayssm_status replayssm_verify_fold(int32_t backend,
 enum replayssm_status replayssm_defer(int32_t backend,
                                       const struct replayssm_defer_params *params,
                                       void *stream);
+
+/*
+ Kernel VB (buffered speculative verify) of one layer: verifies each live request's new window
+ (a linear chain) from its checkpoint followed by its history (ring positions
+ `0..cursors[slot]`, each record's stored correction in `ring_u`), without writing the
+ checkpoint; writes the window's records and corrections after the history. Then, once per step
+ after the last layer's VB (not after each layer), `replayssm_buffered` COMMIT and
+ `replayssm_fold` with `accept_lens = flush_lens` on the same ring.
+
+ # Safety
+ As `replayssm_recurrent`, for a `replayssm_verify_buffered_params`.
+ */
+enum replayssm_status replayssm_verify_buffered(int32_t backend,
+                                                const struct replayssm_verify_buffered_params *params,
+                                                void *stream);
+
+/*
+ The buffered speculative verify's cursors: COMMIT after a step's last VB, FLUSH before a
+ slot's checkpoint is read, copied or handed out, RESET when a slot is handed to a new request
+ or freed (`op`, a `replayssm_buffered_op`). COMMIT and FLUSH write every row's
+ `flush_lens[b]`; `replayssm_fold` with `accept_lens = flush_lens` then folds the rows that
+ flush (every layer, bit-identical to kernel R).
+
+ # Safety
+ As `replayssm_recurrent`, for a `replayssm_buffered_params`.
+ */
+enum replayssm_status replayssm_buffered(int32_t backend,
+                                         const struct replayssm_buffered_params *params,
+                                         void *stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -265,6 +265,80 @@ mod shared_table {
         (pool, dring)
     }
 
+    /// The buffered verify's valid call (device memory on the emulator: a ring of 2 T positions,
+    /// every cursor 0) with the row's edit: VB of `layer`, or the cursors' COMMIT of `lens`.
+    fn buffered_call(
+        row: &Refusal,
+        mut d: RecurrentData,
+        slots: Vec<i32>,
+        lens: Vec<i32>,
+        layer: usize,
+        start: &[f32],
+    ) -> (Outcome, bool) {
+        use replayssm::memory::{DeviceAct, DeviceVec, Stream};
+        use replayssm::BufferedRing;
+        use replayssm_tools::staged::DeviceTokens;
+        let stream = Stream::new(Backend::Emulated).unwrap();
+        let cache_len = if row.name == "cache_len" {
+            i64::from(row.int())
+        } else {
+            2 * WINDOW as i64
+        };
+        let cfg = match resolve(&EngineFlags {
+            linear_replayssm_spec_buffered: true,
+            linear_replayssm_cache_len: Some(cache_len),
+            ..EngineFlags::spec_ring(Variant::Gdn)
+        }) {
+            Ok(c) => c,
+            Err(e) => return (Outcome::Refused(e.to_string()), true),
+        };
+        let mut pool = CheckpointPool::new(&cfg, DIMS, LAYERS, d.state.len() / DIMS.state_elems()).unwrap();
+        pool.state_mut().copy_from_slice(start);
+        let mut dpool = pool.to_device(&stream).unwrap();
+        let window = if row.name == "window" {
+            row.int() as usize
+        } else {
+            WINDOW
+        };
+        let mut bring = match BufferedRing::for_pool(&dpool, window, DType::F32, true) {
+            Ok(r) => r,
+            Err(e) => return (Outcome::Refused(e.to_string()), true),
+        };
+        let mut cursors = vec![0i32; pool.shape().slots];
+        if row.name == "cursors" {
+            // `cursors[i]`: the cursor of row i's slot.
+            cursors[d.slots[row.index.expect("an index edit")] as usize] = row.int();
+        }
+        bring.upload_cursors(&stream, &cursors).unwrap();
+        let out = if row.entry == "verify_buffered" {
+            d.slots = slots;
+            let n = d.num_tokens();
+            let cols = DIMS.hv * DIMS.v;
+            let t = DeviceTokens::upload(&stream, &d.inputs()).unwrap();
+            let mut o = DeviceAct::from_host(&stream, &ActBuffer::nan(DType::F32, n * cols)).unwrap();
+            outcome(stream.verify_buffered(
+                &t.inputs(),
+                &dpool,
+                layer,
+                &mut o.view_mut(0, n, cols, cols),
+                &mut bring,
+            ))
+        } else {
+            let ds = DeviceVec::from_host(&stream, &slots).unwrap();
+            let da = DeviceVec::from_host(&stream, &lens).unwrap();
+            let mut flush = DeviceVec::<i32>::zeros(Backend::Emulated, slots.len()).unwrap();
+            outcome(stream.buffered_commit(
+                &mut dpool,
+                &mut bring,
+                ds.as_slice(),
+                da.as_slice(),
+                flush.as_mut_slice(),
+            ))
+        };
+        let kept = dpool.to_host(&stream).unwrap().state() == start;
+        (out, kept)
+    }
+
     fn outcome(r: replayssm::Result<impl Sized>) -> Outcome {
         match r {
             Ok(_) => Outcome::Accepted,
@@ -435,6 +509,7 @@ mod shared_table {
                 let (pool, mut dring) = deferred(s.slots, &start);
                 (outcome(dring.commit(&slots, &lens)), pool.state() == &start[..])
             }
+            "verify_buffered" | "buffered" => buffered_call(row, d, slots, lens, layer, &start),
             e => panic!("unknown entry {e}"),
         }
     }

@@ -249,6 +249,282 @@ fn verify_and_fold_through_the_c_abi_give_the_safe_wrappers_bits() {
     }
 }
 
+/// The buffered speculative verify driven only through the C ABI (`replayssm_verify_buffered` per
+/// layer, `replayssm_buffered` COMMIT then `replayssm_fold` on the flush lengths, FLUSH and RESET
+/// between steps) next to the Rust API's (`Stream::verify_buffered`, `buffered_commit`,
+/// `buffered_flush`, `buffered_reset`) on the emulated backend, from the same bits: every output,
+/// flush length, cursor, checkpoint, ring record and correction is bit-identical after every step,
+/// with null rows, short windows, commit flushes, a forced flush and a reset.
+#[test]
+fn buffered_verify_through_the_c_abi_gives_the_rust_apis_bits() {
+    use replayssm::memory::{DeviceAct, DeviceVec, Stream};
+    use replayssm::BufferedRing;
+    use replayssm_tools::staged::DeviceTokens;
+    let (layers, window, cache_len, steps) = (2usize, 4usize, 10usize, 9usize);
+    let live = [3i32, 0, 4];
+    let seqlens = [4usize, 3, 4];
+    let batch = live.len();
+    for (variant, dtype) in [(Variant::Gdn, DType::BF16), (Variant::Kda, DType::F16)] {
+        let what = format!("{variant:?} {dtype:?}");
+        let d = dims();
+        let stream = Stream::new(Backend::Emulated).expect("stream");
+        let cfg = resolve(&EngineFlags {
+            linear_replayssm_spec_buffered: true,
+            linear_replayssm_cache_len: Some(cache_len as i64),
+            ..EngineFlags::spec_ring(variant)
+        })
+        .expect("buffered configuration");
+        let start = data(variant, dtype, &[1; 5], &[], 3).state;
+        let num_slots = start.len() / d.state_elems();
+        let mut host = CheckpointPool::new(&cfg, d, layers, num_slots).expect("pool");
+        for l in 0..layers {
+            let at = l * start.len();
+            host.state_mut()[at..at + start.len()].copy_from_slice(&start);
+        }
+        let mut dpool = host.to_device(&stream).expect("device pool");
+        let mut bring = BufferedRing::for_pool(&dpool, window, dtype, true).expect("buffered ring");
+        // The C ABI's buffers start from the Rust API's bits (the rings' poison included).
+        let mut state = host.state().to_vec();
+        let mut ring = bring.ring().to_host(&stream).expect("ring");
+        let mut ring_u = bring.ring_u().to_vec(&stream).expect("ring_u");
+        let mut cursors = vec![0i32; num_slots];
+        let mut flush = vec![-1i32; batch];
+        let mut dflush = DeviceVec::<i32>::zeros(Backend::Emulated, batch).expect("flush lens");
+        let mut word = 0u32;
+        // Compares everything the two callers hold.
+        let same = |state: &[f32],
+                    ring: &SpecRing,
+                    ring_u: &[f32],
+                    cursors: &[i32],
+                    dpool: &CheckpointPool<replayssm::Device>,
+                    bring: &BufferedRing,
+                    at: &str| {
+            bits_equal(state, dpool.to_host(&stream).expect("pool").state())
+                .unwrap_or_else(|e| panic!("{at}: checkpoints: {e}"));
+            let r = bring.ring().to_host(&stream).expect("ring");
+            assert!(
+                r.v.as_bytes() == ring.v.as_bytes() && r.k.as_bytes() == ring.k.as_bytes(),
+                "{at}: ring v / k"
+            );
+            bits_equal(&r.g, &ring.g).unwrap_or_else(|e| panic!("{at}: ring g: {e}"));
+            bits_equal(&r.beta, &ring.beta).unwrap_or_else(|e| panic!("{at}: ring beta: {e}"));
+            bits_equal(&bring.ring_u().to_vec(&stream).expect("ring_u"), ring_u)
+                .unwrap_or_else(|e| panic!("{at}: ring_u: {e}"));
+            assert_eq!(
+                bring.cursors().to_vec(&stream).expect("cursors"),
+                cursors,
+                "{at}: cursors"
+            );
+        };
+        // One cursor op through the C ABI, then (COMMIT, FLUSH) kernel F on the flush lengths.
+        let cursor_op = |op: replayssm_buffered_op,
+                         slots: &[i32],
+                         accept: Option<&[i32]>,
+                         state: &mut [f32],
+                         ring: &SpecRing,
+                         cursors: &mut [i32],
+                         flush: &mut [i32],
+                         word: &mut u32| {
+            let b = replayssm_buffered_params {
+                cursors: cursors.as_mut_ptr(),
+                slots: slots.as_ptr(),
+                accept_lens: accept.map_or(ptr::null(), |a| a.as_ptr()),
+                flush_lens: flush.as_mut_ptr(),
+                error_word: &mut *word,
+                batch: slots.len() as i32,
+                num_slots: num_slots as i32,
+                cache_len: cache_len as i32,
+                window: window as i32,
+                op: op as i32,
+                ..Default::default()
+            };
+            // SAFETY: host buffers sized for these params.
+            let st = unsafe { replayssm_buffered(EMU, &b, ptr::null_mut()) };
+            assert_eq!(st, REPLAYSSM_OK, "{}", last_error());
+            if op == replayssm_buffered_op::REPLAYSSM_BUFFERED_RESET {
+                return;
+            }
+            let f = replayssm_fold_params {
+                base: replayssm_base_params {
+                    state: state.as_mut_ptr(),
+                    slots: slots.as_ptr(),
+                    error_word: word,
+                    batch: slots.len() as i32,
+                    num_slots: num_slots as i32,
+                    num_layers: layers as i32,
+                    H: d.h as i32,
+                    HV: d.hv as i32,
+                    K: d.k as i32,
+                    V: d.v as i32,
+                    dtype: dtype.to_ffi(),
+                    variant: variant.to_ffi(),
+                    qk_l2norm: 1,
+                    ..Default::default()
+                },
+                ring: replayssm_ring_params {
+                    v: ring.v.as_bytes().as_ptr().cast_mut().cast(),
+                    k: ring.k.as_bytes().as_ptr().cast_mut().cast(),
+                    g: ring.g.as_ptr().cast_mut(),
+                    beta: ring.beta.as_ptr().cast_mut(),
+                    window: cache_len as i32,
+                    ..Default::default()
+                },
+                accept_lens: flush.as_ptr(),
+                ..Default::default()
+            };
+            // SAFETY: as above.
+            let st = unsafe { replayssm_fold(EMU, &f, ptr::null_mut()) };
+            assert_eq!(st, REPLAYSSM_OK, "{}", last_error());
+        };
+        let mut flushes = 0;
+        for step in 0..steps {
+            // Row 1 is a null row every third step.
+            let slots: Vec<i32> = live
+                .iter()
+                .enumerate()
+                .map(|(b, &s)| if b == 1 && step % 3 == 2 { -1 } else { s })
+                .collect();
+            for layer in 0..layers {
+                let at = format!("{what} step {step} layer {layer}");
+                let mut w = data(variant, dtype, &seqlens, &[], (100 * step + layer) as u64);
+                w.slots = slots.clone();
+                let n = w.num_tokens();
+                let cols = d.hv * d.v;
+                // The Rust API.
+                let t = DeviceTokens::upload(&stream, &w.inputs()).expect("tokens");
+                let mut od = DeviceAct::from_host(&stream, &ActBuffer::nan(dtype, n * cols)).expect("o");
+                stream
+                    .verify_buffered(
+                        &t.inputs(),
+                        &dpool,
+                        layer,
+                        &mut od.view_mut(0, n, cols, cols),
+                        &mut bring,
+                    )
+                    .unwrap_or_else(|e| panic!("{at}: Rust API: {e}"));
+                // The C ABI.
+                let mut o = ActBuffer::nan(dtype, n * cols);
+                let mut p = replayssm_verify_buffered_params::default();
+                p.verify.struct_size = std::mem::size_of::<replayssm_verify_params>() as u32;
+                tokens!(p.verify, w, 0, 1);
+                p.verify.cu_seqlens = w.cu_seqlens.as_ptr();
+                p.verify.base.slots = w.slots.as_ptr();
+                p.verify.base.state = state.as_mut_ptr();
+                p.verify.base.error_word = &mut word;
+                p.verify.tokens.o = o.as_bytes_mut().as_mut_ptr().cast();
+                p.verify.tokens.o_stride = cols as i64;
+                p.verify.ring.v = ring.v.as_bytes_mut().as_mut_ptr().cast();
+                p.verify.ring.k = ring.k.as_bytes_mut().as_mut_ptr().cast();
+                p.verify.ring.g = ring.g.as_mut_ptr();
+                p.verify.ring.beta = ring.beta.as_mut_ptr();
+                p.verify.ring.window = cache_len as i32;
+                p.verify.num_tokens = n as i32;
+                p.verify.max_seqlen = *seqlens.iter().max().expect("rows") as i32;
+                p.verify.base.batch = batch as i32;
+                p.verify.base.num_slots = num_slots as i32;
+                p.verify.base.num_layers = layers as i32;
+                p.verify.base.layer = layer as i32;
+                p.cursors = cursors.as_ptr();
+                p.ring_u = ring_u.as_mut_ptr();
+                // SAFETY: host buffers sized for these params.
+                let st = unsafe { replayssm_verify_buffered(EMU, &p, ptr::null_mut()) };
+                assert_eq!(st, REPLAYSSM_OK, "{at}: {}", last_error());
+                assert!(od.to_host(&stream).expect("o") == o, "{at}: outputs differ");
+            }
+            // Accept lengths within each row's window (0 and the whole window included).
+            let accept: Vec<i32> = (0..batch)
+                .map(|b| ((step * 7 + b * 3) % (seqlens[b] + 1)) as i32)
+                .collect();
+            let da = DeviceVec::from_host(&stream, &accept).expect("accept");
+            let ds = DeviceVec::from_host(&stream, &slots).expect("slots");
+            stream
+                .buffered_commit(
+                    &mut dpool,
+                    &mut bring,
+                    ds.as_slice(),
+                    da.as_slice(),
+                    dflush.as_mut_slice(),
+                )
+                .expect("Rust commit");
+            cursor_op(
+                replayssm_buffered_op::REPLAYSSM_BUFFERED_COMMIT,
+                &slots,
+                Some(&accept),
+                &mut state,
+                &ring,
+                &mut cursors,
+                &mut flush,
+                &mut word,
+            );
+            assert_eq!(
+                dflush.to_vec(&stream).expect("flush"),
+                flush,
+                "{what} step {step}: flush lengths"
+            );
+            flushes += flush.iter().filter(|&&f| f > 0).count();
+            same(
+                &state,
+                &ring,
+                &ring_u,
+                &cursors,
+                &dpool,
+                &bring,
+                &format!("{what} step {step}"),
+            );
+            if step == 4 {
+                // A forced flush of row 2's slot, and a reset of row 0's (a new request).
+                let s = [live[2]];
+                let ds = DeviceVec::from_host(&stream, &s).expect("slot");
+                let mut one = DeviceVec::<i32>::zeros(Backend::Emulated, 1).expect("scratch");
+                stream
+                    .buffered_flush(&mut dpool, &mut bring, ds.as_slice(), one.as_mut_slice())
+                    .expect("Rust flush");
+                let mut f1 = [-1i32];
+                let op = replayssm_buffered_op::REPLAYSSM_BUFFERED_FLUSH;
+                cursor_op(op, &s, None, &mut state, &ring, &mut cursors, &mut f1, &mut word);
+                assert_eq!(one.to_vec(&stream).expect("flush"), f1, "{what}: forced flush length");
+                let r = [live[0]];
+                let dr = DeviceVec::from_host(&stream, &r).expect("slot");
+                stream.buffered_reset(&mut bring, dr.as_slice()).expect("Rust reset");
+                let op = replayssm_buffered_op::REPLAYSSM_BUFFERED_RESET;
+                cursor_op(op, &r, None, &mut state, &ring, &mut cursors, &mut f1, &mut word);
+                same(
+                    &state,
+                    &ring,
+                    &ring_u,
+                    &cursors,
+                    &dpool,
+                    &bring,
+                    &format!("{what} flush + reset"),
+                );
+            }
+        }
+        // The end: flush every live slot; the checkpoints are current and still the same bits.
+        let ds = DeviceVec::from_host(&stream, &live).expect("slots");
+        stream
+            .buffered_flush(&mut dpool, &mut bring, ds.as_slice(), dflush.as_mut_slice())
+            .expect("Rust flush");
+        let op = replayssm_buffered_op::REPLAYSSM_BUFFERED_FLUSH;
+        cursor_op(op, &live, None, &mut state, &ring, &mut cursors, &mut flush, &mut word);
+        assert_eq!(
+            dflush.to_vec(&stream).expect("flush"),
+            flush,
+            "{what}: final flush lengths"
+        );
+        same(&state, &ring, &ring_u, &cursors, &dpool, &bring, &format!("{what} end"));
+        assert!(
+            cursors.iter().all(|&c| c == 0),
+            "{what}: cursors after the flush: {cursors:?}"
+        );
+        stream.check_errors().expect("Rust API error word");
+        assert_eq!(word, 0, "{what}: device error bits");
+        assert!(flushes > 0, "{what}: the chain never flushed at a commit");
+        say(&format!(
+            "{what}: {steps} buffered steps through the C ABI, {flushes} commit flushes: bit-identical to the Rust API"
+        ));
+    }
+}
+
 /// Buffered decode driven only through the C ABI, cursors in (host-emulated) device memory:
 /// SNAPSHOT, D for each of two layers, ADVANCE, then MATERIALIZE + RESET, must give kernel R's
 /// outputs and final states bit for bit (design §4 D), forced flushes included.

@@ -22,7 +22,8 @@ use replayssm_status::*;
 const EMU: i32 = replayssm_backend::REPLAYSSM_BACKEND_EMULATED as i32;
 
 // A small problem every entry can run: 2 layers, 4 slots, window and cache length 4 (the deferred
-// fold's ring: two halves of WD = 2), 2 requests of 2 tokens, H = 1, HV = 2, K = 32, V = 8, f32
+// fold's ring: two halves of WD = 2; the buffered verify's ring: L = 4 positions, T = 2), 2
+// requests of 2 tokens, H = 1, HV = 2, K = 32, V = 8, f32
 // activations, precomputed GDN gates.
 const NL: usize = 2;
 const NS: usize = 4;
@@ -104,6 +105,8 @@ struct World {
     ring_d: Guarded<f32>,
     dring_k: Guarded<f32>,
     dring_g: Guarded<f32>,
+    /// The buffered verify's corrections [NL, NS, HV, L, V].
+    ring_u: Guarded<f32>,
     slots: Guarded<i32>,
     cu: Guarded<i32>,
     parent: Guarded<i32>,
@@ -115,6 +118,8 @@ struct World {
     force: Guarded<i32>,
     cursors: Guarded<i32>,
     pending: Guarded<i32>,
+    /// The buffered cursors' flush lengths [B] (out).
+    flush: Guarded<i32>,
     word: Guarded<u32>,
 }
 
@@ -137,6 +142,7 @@ impl World {
             ring_d: floats(NL * NS * HV * L * V, rng, -0.1, 0.1),
             dring_k: floats(NL * NS * H * L * K, rng, -0.2, 0.2),
             dring_g: floats(NL * NS * HV * L, rng, -0.5, -0.01),
+            ring_u: floats(NL * NS * HV * L * V, rng, -0.2, 0.2),
             // Slots 1 and 3 are live; 0 and 2 are free (track targets).
             slots: ints(&[1, 3]),
             cu: ints(&[0, 2, 4]),
@@ -151,13 +157,14 @@ impl World {
             // The deferred fold's pending table [NS, 2 + WD]: slot 1 has 2 records in half 0,
             // slot 3 one in half 1 (positions 2..4), the free slots nothing.
             pending: ints(&[0, 0, -1, -1, 2, 0, 0, 1, 0, 0, -1, -1, 1, 1, 2, -1]),
+            flush: ints(&[-7, -7]),
             word: Guarded::new([0u32], GUARD_BITS),
         }
     }
 
     fn guards_intact(&self) -> Result<(), &'static str> {
         let g = f32::from_bits(GUARD_BITS);
-        let fl: [(&str, &Guarded<f32>); 15] = [
+        let fl: [(&str, &Guarded<f32>); 16] = [
             ("q", &self.q),
             ("k", &self.k),
             ("v", &self.v),
@@ -173,6 +180,7 @@ impl World {
             ("ring_d", &self.ring_d),
             ("decode ring_k", &self.dring_k),
             ("decode ring_g", &self.dring_g),
+            ("ring_u", &self.ring_u),
         ];
         for (name, b) in fl {
             // Compare bits: the guard is a NaN.
@@ -184,7 +192,7 @@ impl World {
                 return Err(name);
             }
         }
-        let is: [(&str, &Guarded<i32>); 11] = [
+        let is: [(&str, &Guarded<i32>); 12] = [
             ("slots", &self.slots),
             ("cu_seqlens", &self.cu),
             ("parent", &self.parent),
@@ -196,6 +204,7 @@ impl World {
             ("force_flush", &self.force),
             ("cursors", &self.cursors),
             ("pending", &self.pending),
+            ("flush_lens", &self.flush),
         ];
         for (name, b) in is {
             if !b.guards_intact(GUARD_BITS as i32) {
@@ -223,6 +232,8 @@ impl World {
             && f(&self.ring_d, &other.ring_d)
             && f(&self.dring_k, &other.dring_k)
             && f(&self.dring_g, &other.dring_g)
+            && f(&self.ring_u, &other.ring_u)
+            && self.flush == other.flush
             && self.positions == other.positions
             && self.cursors == other.cursors
             && self.pending == other.pending
@@ -243,9 +254,11 @@ enum Entry {
     Cursors,
     VerifyFold,
     Defer,
+    VerifyBuffered,
+    Buffered,
 }
 
-const ENTRIES: [Entry; 9] = [
+const ENTRIES: [Entry; 11] = [
     Entry::Recurrent,
     Entry::Verify,
     Entry::Fold,
@@ -255,6 +268,8 @@ const ENTRIES: [Entry; 9] = [
     Entry::Cursors,
     Entry::VerifyFold,
     Entry::Defer,
+    Entry::VerifyBuffered,
+    Entry::Buffered,
 ];
 
 /// The params of any entry (each a plain C struct).
@@ -268,6 +283,8 @@ enum Params {
     Cursors(replayssm_cursor_params),
     VerifyFold(replayssm_verify_fold_params),
     Defer(replayssm_defer_params),
+    VerifyBuffered(replayssm_verify_buffered_params),
+    Buffered(replayssm_buffered_params),
 }
 
 macro_rules! token_fields {
@@ -460,8 +477,42 @@ impl Entry {
                 op: replayssm_defer_op::REPLAYSSM_DEFER_COMMIT as i32,
                 ..Default::default()
             }),
+            Entry::VerifyBuffered => {
+                // Linear chains (no parent) of layer 1 on the L-position ring, each after its
+                // slot's history (cursors: slot 1 holds 1 record, slot 3 none).
+                let mut p = replayssm_verify_buffered_params::default();
+                verify_fields!(p.verify, w);
+                p.verify.struct_size = std::mem::size_of::<replayssm_verify_params>() as u32;
+                p.verify.parent = ptr::null();
+                p.verify.ring.window = L as i32;
+                p.cursors = w.cursors.ptr();
+                p.ring_u = w.ring_u.ptr();
+                Params::VerifyBuffered(p)
+            }
+            // COMMIT of the accepted lengths (slot 1: 1 + 2 > L - T, so it flushes).
+            Entry::Buffered => Params::Buffered(replayssm_buffered_params {
+                cursors: w.cursors.ptr(),
+                slots: w.slots.ptr(),
+                accept_lens: w.lens.ptr(),
+                flush_lens: w.flush.ptr(),
+                error_word: w.word.ptr(),
+                batch: B as i32,
+                num_slots: NS as i32,
+                cache_len: L as i32,
+                window: T as i32,
+                op: replayssm_buffered_op::REPLAYSSM_BUFFERED_COMMIT as i32,
+                ..Default::default()
+            }),
         }
     }
+}
+
+/// VB's kernel-layer params of `p`: the C ABI's with the implementation fields it picks here
+/// (STAGED, the whole head: V = 8).
+fn vb_kernel(p: &replayssm_verify_buffered_params) -> ffi::rssm_verify_buffered_params {
+    let mut k = p.kernel();
+    k.verify.base.impl_ = ffi::rssm_impl_RSSM_IMPL_STAGED as i32;
+    k
 }
 
 impl Params {
@@ -476,6 +527,8 @@ impl Params {
             Params::Cursors(_) => "replayssm_decode_cursors",
             Params::VerifyFold(_) => "replayssm_verify_fold",
             Params::Defer(_) => "replayssm_defer",
+            Params::VerifyBuffered(_) => "replayssm_verify_buffered",
+            Params::Buffered(_) => "replayssm_buffered",
         }
     }
 
@@ -504,6 +557,8 @@ impl Params {
             Params::Cursors(p) => replayssm_decode_cursors(backend, p, s),
             Params::VerifyFold(p) => replayssm_verify_fold(backend, p, s),
             Params::Defer(p) => replayssm_defer(backend, p, s),
+            Params::VerifyBuffered(p) => replayssm_verify_buffered(backend, p, s),
+            Params::Buffered(p) => replayssm_buffered(backend, p, s),
         }
     }
 
@@ -528,6 +583,8 @@ impl Params {
             Params::Cursors(p) => ffi::rssm_emu_decode_cursors(&p.kernel(), s),
             Params::VerifyFold(p) => ffi::rssm_emu_verify_fold(&p.kernel(), s),
             Params::Defer(p) => ffi::rssm_emu_defer(&p.kernel(), s),
+            Params::VerifyBuffered(p) => ffi::rssm_emu_verify_buffered(&vb_kernel(p), s),
+            Params::Buffered(p) => ffi::rssm_emu_buffered(&p.kernel(), s),
         }
     }
 }
@@ -891,7 +948,292 @@ fn catalogue() -> Vec<Named> {
     ];
     cases.extend(rest);
     cases.extend(deferred_catalogue());
+    cases.extend(buffered_catalogue());
     cases
+}
+
+/// The buffered speculative verify's entries (VB and its cursor kernel): the L-position ring, the
+/// cursors, the corrections, the op and header.
+fn buffered_catalogue() -> Vec<Named> {
+    use Entry::{Buffered, VerifyBuffered};
+    const INV: replayssm_status = REPLAYSSM_ERR_INVALID_ARGUMENT;
+    vec![
+        // VB's cursors, as it reads them (live slots only): the window must fit after the history.
+        (
+            VerifyBuffered,
+            "cursor past L - len",
+            |w, _| w.cursors.body_mut()[1] = 3,
+            INV,
+            "cursors[slots][0] = 3 (slot 1) is outside 0..=2 (cache_len 4 - window 2",
+        ),
+        (
+            VerifyBuffered,
+            "negative cursor",
+            |w, _| w.cursors.body_mut()[3] = -1,
+            INV,
+            "cursors[slots][1] = -1 (slot 3) is outside 0..=2",
+        ),
+        (
+            VerifyBuffered,
+            "cursor i32::MIN",
+            |w, _| w.cursors.body_mut()[3] = i32::MIN,
+            INV,
+            "cursors[slots][1] = -2147483648",
+        ),
+        (
+            VerifyBuffered,
+            "cursors NULL",
+            set!(VerifyBuffered, cursors = ptr::null()),
+            INV,
+            "cursors is NULL",
+        ),
+        (
+            VerifyBuffered,
+            "ring_u NULL",
+            set!(VerifyBuffered, ring_u = ptr::null_mut()),
+            INV,
+            "ring_u is NULL",
+        ),
+        (
+            VerifyBuffered,
+            "ring of 65 positions",
+            set!(VerifyBuffered, verify.ring.window = 65),
+            INV,
+            "ring.window (L) = 65, must be in 1..=64: VB stages a slot's history in shared memory",
+        ),
+        (
+            VerifyBuffered,
+            "ring of 0 positions",
+            set!(VerifyBuffered, verify.ring.window = 0),
+            INV,
+            "ring.window (L) = 0, must be in 1..=64",
+        ),
+        (
+            VerifyBuffered,
+            "ring smaller than max_seqlen",
+            set!(VerifyBuffered, verify.ring.window = 1),
+            INV,
+            "window = 1 is smaller than max_seqlen = 2",
+        ),
+        (
+            VerifyBuffered,
+            "a tree (parent set)",
+            |w, p| {
+                if let Params::VerifyBuffered(q) = p {
+                    q.verify.parent = w.parent.ptr();
+                }
+            },
+            INV,
+            "parent is set: VB verifies linear chains",
+        ),
+        (
+            VerifyBuffered,
+            "no ring",
+            |_, p| {
+                if let Params::VerifyBuffered(q) = p {
+                    q.verify.ring.v = ptr::null_mut();
+                    q.verify.ring.k = ptr::null_mut();
+                    q.verify.ring.g = ptr::null_mut();
+                    q.verify.ring.beta = ptr::null_mut();
+                }
+            },
+            INV,
+            "VB writes the new window after the history: set ring.v, ring.k, ring.g, ring.beta",
+        ),
+        (
+            VerifyBuffered,
+            "half a ring",
+            set!(VerifyBuffered, verify.ring.beta = ptr::null_mut()),
+            INV,
+            "ring.v, ring.k, ring.g, ring.beta: set all four",
+        ),
+        (
+            VerifyBuffered,
+            "no block fits the shared memory",
+            |_, p| {
+                if let Params::VerifyBuffered(q) = p {
+                    // KDA, K = 256, L = 64, T = 16 (sizes only: nothing is read past the checks).
+                    q.verify.base.variant = 1;
+                    q.verify.base.K = 256;
+                    q.verify.tokens.q_stride = 256;
+                    q.verify.tokens.k_stride = 256;
+                    q.verify.ring.window = 64;
+                    q.verify.max_seqlen = 16;
+                }
+            },
+            INV,
+            "cache_len = 64 with T = 16, K = 256, V = 8 (KDA): one VB block's shared memory exceeds",
+        ),
+        (
+            VerifyBuffered,
+            "slot out of range",
+            |w, _| w.slots.body_mut()[1] = 4,
+            INV,
+            "slots[1] = 4 is out of range",
+        ),
+        (
+            VerifyBuffered,
+            "cu_seqlens not starting at 0",
+            |w, _| w.cu.body_mut()[0] = 1,
+            INV,
+            "a token outside every request would get no output",
+        ),
+        (
+            VerifyBuffered,
+            "layer = num_layers",
+            set!(VerifyBuffered, verify.base.layer = 2),
+            INV,
+            "layer = 2, must be in 0..=1",
+        ),
+        (
+            VerifyBuffered,
+            "flags set",
+            set!(VerifyBuffered, flags = 4),
+            INV,
+            "flags = 0x4",
+        ),
+        (
+            VerifyBuffered,
+            "reserved set",
+            set!(VerifyBuffered, verify.ring.reserved = 3),
+            INV,
+            "verify.ring.reserved = 3",
+        ),
+        (
+            VerifyBuffered,
+            "struct_size of the verify's struct",
+            set!(
+                VerifyBuffered,
+                struct_size = std::mem::size_of::<replayssm_verify_params>() as u32
+            ),
+            REPLAYSSM_ERR_STRUCT_SIZE,
+            "replayssm_verify_buffered_params.struct_size is 296",
+        ),
+        (
+            VerifyBuffered,
+            "the nested verify's struct_size",
+            set!(VerifyBuffered, verify.struct_size = 0),
+            REPLAYSSM_ERR_STRUCT_SIZE,
+            "replayssm_verify_buffered_params.verify.struct_size is 0",
+        ),
+        // The cursor kernel: its op, sizes, per-op arrays and the cursors it reads.
+        (
+            Buffered,
+            "op 3",
+            set!(Buffered, op = 3),
+            INV,
+            "op (0 = COMMIT, 1 = FLUSH, 2 = RESET) = 3, must be in 0..=2",
+        ),
+        (
+            Buffered,
+            "T over the max",
+            set!(Buffered, window = 17),
+            INV,
+            "window (T, the longest draft window of a step) = 17, must be in 1..=16",
+        ),
+        (
+            Buffered,
+            "T zero",
+            set!(Buffered, window = 0),
+            INV,
+            "window (T, the longest draft window of a step) = 0",
+        ),
+        (
+            Buffered,
+            "L below 2 T",
+            set!(Buffered, cache_len = 3),
+            INV,
+            "cache_len = 3 is below 2 T = 4",
+        ),
+        (
+            Buffered,
+            "L over 64",
+            set!(Buffered, cache_len = 65),
+            INV,
+            "cache_len = 65, must be in 1..=64",
+        ),
+        (
+            Buffered,
+            "batch over the max",
+            set!(Buffered, batch = 65536),
+            INV,
+            "batch = 65536, must be in 1..=65535",
+        ),
+        (
+            Buffered,
+            "cursors NULL",
+            set!(Buffered, cursors = ptr::null_mut()),
+            INV,
+            "cursors is NULL",
+        ),
+        (
+            Buffered,
+            "COMMIT without accept_lens",
+            set!(Buffered, accept_lens = ptr::null()),
+            INV,
+            "accept_lens is NULL",
+        ),
+        (
+            Buffered,
+            "FLUSH without flush_lens",
+            |_, p| {
+                if let Params::Buffered(q) = p {
+                    q.op = replayssm_buffered_op::REPLAYSSM_BUFFERED_FLUSH as i32;
+                    q.flush_lens = ptr::null_mut();
+                }
+            },
+            INV,
+            "flush_lens is NULL",
+        ),
+        (
+            Buffered,
+            "cursor past L - T",
+            |w, _| w.cursors.body_mut()[3] = 3,
+            INV,
+            "cursors[slots][1] = 3 (slot 3) is outside 0..=2",
+        ),
+        (
+            Buffered,
+            "FLUSH of a negative cursor",
+            |w, p| {
+                w.cursors.body_mut()[1] = -5;
+                if let Params::Buffered(q) = p {
+                    q.op = replayssm_buffered_op::REPLAYSSM_BUFFERED_FLUSH as i32;
+                }
+            },
+            INV,
+            "cursors[slots][0] = -5",
+        ),
+        (
+            Buffered,
+            "accept length over T",
+            |w, _| w.lens.body_mut()[1] = 3,
+            INV,
+            "accept_lens[1] = 3 is outside 0..=2",
+        ),
+        (
+            Buffered,
+            "slot out of range",
+            |w, _| w.slots.body_mut()[0] = 4,
+            INV,
+            "slots[0] = 4 is out of range",
+        ),
+        (Buffered, "flags set", set!(Buffered, flags = 1), INV, "flags = 0x1"),
+        (
+            Buffered,
+            "reserved set",
+            set!(Buffered, reserved = 9),
+            INV,
+            "reserved = 9",
+        ),
+        (
+            Buffered,
+            "struct_size short",
+            set!(Buffered, struct_size = 64),
+            REPLAYSSM_ERR_STRUCT_SIZE,
+            "replayssm_buffered_params.struct_size is 64",
+        ),
+    ]
 }
 
 /// Slot `s`'s entry of the pending table ([NS, 2 + WD]: n, half, WD ring positions).
@@ -1379,7 +1721,39 @@ fn device_cases() -> Vec<Flagged> {
     ];
     cases.extend(rest);
     cases.extend(deferred_device_cases().into_iter().map(|(case, _)| case));
+    cases.extend(buffered_device_cases());
     cases
+}
+
+/// The buffered verify's device-side garbage: VB and the cursor kernel flag a cursor (or accept
+/// length) out of range and skip that row.
+fn buffered_device_cases() -> Vec<Flagged> {
+    use Entry::{Buffered, VerifyBuffered};
+    let len = ffi::RSSM_DEVERR_BAD_LENGTH;
+    let range = ffi::RSSM_DEVERR_SLOT_OUT_OF_RANGE;
+    vec![
+        (
+            VerifyBuffered,
+            "cursor past L - len",
+            |w, _| w.cursors.body_mut()[1] = 3,
+            len,
+        ),
+        (
+            VerifyBuffered,
+            "negative cursor",
+            |w, _| w.cursors.body_mut()[3] = -1,
+            len,
+        ),
+        (
+            VerifyBuffered,
+            "slot out of range",
+            |w, _| w.slots.body_mut()[0] = 4,
+            range,
+        ),
+        (Buffered, "cursor past L - T", |w, _| w.cursors.body_mut()[3] = 3, len),
+        (Buffered, "accept length over T", |w, _| w.lens.body_mut()[0] = 3, len),
+        (Buffered, "slot out of range", |w, _| w.slots.body_mut()[1] = -2, range),
+    ]
 }
 
 /// The deferred fold's device-side garbage (VF's pending entries and track, the defer kernel's
@@ -1682,6 +2056,7 @@ fn tokens_outside_every_request_are_flagged_and_zeroed_by_the_kernels() {
         (Entry::Verify, false),
         (Entry::Verify, true),
         (Entry::VerifyFold, false),
+        (Entry::VerifyBuffered, false),
     ] {
         for (what, edit, uncovered) in &edits {
             let mut w = world.clone();
@@ -2154,6 +2529,76 @@ fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
             }
             Expect::Refuse
         }
+        Params::VerifyBuffered(q) => match rng.gen_range(0..4) {
+            0 => dims!(q, verify.base),
+            1 => tokens!(q, N, verify.tokens; verify.base),
+            2 => {
+                match rng.gen_range(0..10) {
+                    0 => q.verify.base.batch = pick(rng, &[0, -1, 65536]),
+                    1 => q.verify.max_seqlen = pick(rng, &[0, 17, -1, i32::MAX]),
+                    2 => q.verify.base.layer = pick(rng, &[-1, NL as i32, i32::MAX]),
+                    3 => q.verify.base.num_layers = pick(rng, &[0, -1, 1 << 20]),
+                    // Past 64, under max_seqlen, or not positive (never a longer ring within 64:
+                    // the buffers hold L positions).
+                    4 => q.verify.ring.window = pick(rng, &[0, -4, 1, 65, i32::MAX, i32::MIN]),
+                    5 => match rng.gen_range(0..3) {
+                        0 => q.verify.ring.g = ptr::null_mut(),
+                        1 => {
+                            q.verify.ring.v = ptr::null_mut();
+                            q.verify.ring.k = ptr::null_mut();
+                            q.verify.ring.g = ptr::null_mut();
+                            q.verify.ring.beta = ptr::null_mut();
+                        }
+                        _ => q.verify.base.state = ptr::null_mut(),
+                    },
+                    6 => q.cursors = ptr::null(),
+                    7 => q.ring_u = ptr::null_mut(),
+                    8 => q.verify.parent = q.verify.cu_seqlens, // a tree: VB takes chains only
+                    _ => q.verify.ring.reserved = garbage_i32(rng) | 1,
+                }
+                Expect::Refuse
+            }
+            _ => {
+                match rng.gen_range(0..3) {
+                    0 => q.verify.ring.window = 3, // a shorter ring (slot 1's history still fits)
+                    1 => q.verify.base.layer = 0,
+                    _ => q.verify.base.num_slots = rng.gen_range(1..NS as i32), // may orphan a live slot
+                }
+                Expect::Either
+            }
+        },
+        Params::Buffered(q) => {
+            match rng.gen_range(0..12) {
+                0 => q.op = pick(rng, &[-1, 3, 4, i32::MAX, i32::MIN]),
+                1 => q.batch = pick(rng, &[0, -1, 65536, i32::MAX]),
+                2 => q.num_slots = pick(rng, &[0, -1, i32::MIN]),
+                // T out of range, or L below 2 T.
+                3 => q.window = pick(rng, &[0, -2, 3, 17, i32::MAX]),
+                4 => q.cache_len = pick(rng, &[0, -1, 3, 65, i32::MAX, i32::MIN]),
+                5 => q.cursors = ptr::null_mut(),
+                6 => q.slots = ptr::null(),
+                7 => q.accept_lens = ptr::null(), // COMMIT without lengths
+                8 => {
+                    q.op = pick(rng, &[0, 1]);
+                    q.flush_lens = ptr::null_mut();
+                }
+                9 => q.flags = rng.gen_range(1..=u32::MAX),
+                10 => q.reserved = garbage_i32(rng) | 1,
+                _ => {
+                    // Still inside the buffers: another op, a longer ring, fewer rows or slots,
+                    // no device word.
+                    match rng.gen_range(0..5) {
+                        0 => q.op = rng.gen_range(1..3),
+                        1 => q.cache_len = rng.gen_range(4..=64),
+                        2 => q.batch = 1,
+                        3 => q.num_slots = rng.gen_range(1..NS as i32),
+                        _ => q.error_word = ptr::null_mut(),
+                    }
+                    return Expect::Either;
+                }
+            }
+            Expect::Refuse
+        }
         Params::Cursors(q) => {
             match rng.gen_range(0..7) {
                 0 => q.op = pick(rng, &[-1, 3, i32::MAX]),
@@ -2208,6 +2653,11 @@ fn mutate_indices(w: &mut World, p: &mut Params, rng: &mut ChaCha8Rng) {
             &mut w.track_slots,
             &mut w.track_steps,
         ],
+        Params::VerifyBuffered(_) => vec![&mut w.slots, &mut w.cu, &mut w.cursors],
+        Params::Buffered(b) => {
+            b.op = rng.gen_range(0..3);
+            vec![&mut w.slots, &mut w.lens, &mut w.cursors]
+        }
         Params::Defer(d) => {
             d.op = rng.gen_range(0..3);
             if d.op == replayssm_defer_op::REPLAYSSM_DEFER_COMMIT as i32 && rng.gen_bool(0.3) {
@@ -2329,6 +2779,8 @@ fn p_has_word(p: &Params) -> bool {
         Params::Cursors(q) => !q.error_word.is_null(),
         Params::VerifyFold(q) => !q.verify.base.error_word.is_null(),
         Params::Defer(q) => !q.error_word.is_null(),
+        Params::VerifyBuffered(q) => !q.verify.base.error_word.is_null(),
+        Params::Buffered(q) => !q.error_word.is_null(),
     }
 }
 
@@ -2350,6 +2802,7 @@ macro_rules! world_buffers {
             $conv(&$w.ring_d.data),
             $conv(&$w.dring_k.data),
             $conv(&$w.dring_g.data),
+            $conv(&$w.ring_u.data),
             $conv(&$w.slots.data),
             $conv(&$w.cu.data),
             $conv(&$w.parent.data),
@@ -2361,13 +2814,14 @@ macro_rules! world_buffers {
             $conv(&$w.force.data),
             $conv(&$w.cursors.data),
             $conv(&$w.pending.data),
+            $conv(&$w.flush.data),
             $conv(&$w.word.data), // last: gpu_device_cases reads the word back from it
         ]
     };
 }
 
 /// How many buffers a world has (world_buffers!), the error word last.
-const BUFFERS: usize = 27;
+const BUFFERS: usize = 29;
 
 impl World {
     /// Every buffer (guards included) as bytes, in a fixed order.
@@ -2449,6 +2903,14 @@ fn rebase(p: &Params, from: &[&[u8]; BUFFERS], to: &[*const u8; BUFFERS]) -> Par
             re!(q, pending, track_slots, track_steps);
         }
         Params::Defer(q) => re!(q, pending, slots, accept_lens, accept_paths, paths, error_word),
+        Params::VerifyBuffered(q) => {
+            base!(q.verify.base);
+            tokens!(q.verify.tokens);
+            ring!(q.verify.ring);
+            re!(q.verify, cu_seqlens, parent);
+            re!(q, cursors, ring_u);
+        }
+        Params::Buffered(q) => re!(q, cursors, slots, accept_lens, flush_lens, error_word),
     }
     out
 }
@@ -2582,6 +3044,8 @@ impl Refusal {
             "decode_cursors" => Entry::Cursors,
             "verify_fold" => Entry::VerifyFold,
             "defer" => Entry::Defer,
+            "verify_buffered" => Entry::VerifyBuffered,
+            "buffered" => Entry::Buffered,
             e => panic!("unknown entry {e}"),
         }
     }
@@ -2599,6 +3063,12 @@ impl Refusal {
             f.track_steps = ptr::null();
         }
         if let Some(i) = self.index {
+            if self.name == "cursors" {
+                // `cursors[i]`: the cursor of row i's slot.
+                let slot = w.slots.body()[i] as usize;
+                w.cursors.body_mut()[slot] = int();
+                return;
+            }
             let array = match self.name.as_str() {
                 "slots" => &mut w.slots,
                 "parent" => &mut w.parent,
@@ -2608,6 +3078,7 @@ impl Refusal {
                 "cu_seqlens" => &mut w.cu,
                 "track_steps" => &mut w.track_steps,
                 "track_slots" => &mut w.track_slots,
+                "cursors" => &mut w.cursors,
                 n => panic!("no index array {n}"),
             };
             array.body_mut()[i] = int();
@@ -2619,6 +3090,13 @@ impl Refusal {
             ("layer", Params::Replay(q)) => q.base.layer = int(),
             ("layer", Params::Decode(q, _)) => q.base.layer = int(),
             ("layer", Params::VerifyFold(q)) => q.verify.base.layer = int(),
+            ("layer", Params::VerifyBuffered(q)) => q.verify.base.layer = int(),
+            ("max_seqlen", Params::VerifyBuffered(q)) => q.verify.max_seqlen = int(),
+            ("scale", Params::VerifyBuffered(q)) => q.verify.tokens.scale = scale(),
+            ("lower_bound", Params::VerifyBuffered(q)) => q.verify.tokens.lower_bound = scale(),
+            ("cache_len", Params::Buffered(q)) => q.cache_len = int(),
+            ("window", Params::Buffered(q)) => q.window = int(),
+            ("op", Params::Buffered(q)) => q.op = int(),
             ("max_seqlen", Params::Recurrent(q)) => q.max_seqlen = int(),
             ("max_seqlen", Params::Verify(q)) => q.max_seqlen = int(),
             ("max_seqlen", Params::VerifyFold(q)) => q.verify.max_seqlen = int(),

@@ -30,6 +30,8 @@ Layouts (NL layers, NS slots, H key heads, HV value heads, W window, L cache len
   spec ring (ring_v [NL, NS, HV, W, V], ring_k [NL, NS, H, W, K] act, ring_g [NL, NS, HV, W(, K)],
              ring_beta [NL, NS, HV, W] f32)
   decode ring (ring_d [NL, NS, HV, L, V], ring_k [NL, NS, H, L, K], ring_g [NL, NS, HV, L(, K)]) f32
+  buffered spec ring (verify_buffered): the spec ring with W = L positions (the cache length, at most
+        64), ring_u [NL, NS, HV, L, V] f32, cursors [NS] int32
   slots [B] int32 (-1 = null row), cu_seqlens [B+1] int32, accept_lens [B] int32 (bonus included)
 """
 
@@ -40,16 +42,16 @@ import math
 import numbers
 import operator
 
-from ._abi import ABI_VERSION, Backend, CursorOp, DeferOp, DevErr, DType, Status, Variant, load
+from ._abi import ABI_VERSION, Backend, BufferedOp, CursorOp, DeferOp, DevErr, DType, Status, Variant, load
 from . import _abi
 
 __all__ = [
-    "ABI_VERSION", "Backend", "CursorOp", "DeferOp", "DevErr", "DType", "Status", "Variant",
+    "ABI_VERSION", "Backend", "BufferedOp", "CursorOp", "DeferOp", "DevErr", "DType", "Status", "Variant",
     "ReplaySSMError", "InvalidArgument", "Unsupported", "CudaError", "EmulatorError", "StructSizeError",
     "BackendUnavailable", "ConfigRefused", "InternalError", "DeviceIndexError",
     "version", "backend_available", "validate_config", "check_error_word",
     "recurrent", "verify", "fold", "replay", "decode", "decode_materialize", "decode_cursors", "verify_fold",
-    "defer",
+    "defer", "verify_buffered", "buffered",
 ]
 
 
@@ -514,8 +516,8 @@ def _fill_ring(r, ptrs, window):
 
 
 def _error_word_holder(params):
-    """The struct whose `error_word` the kernels set: the base (VF: its verify's base), or the
-    params themselves (cursors, defer)."""
+    """The struct whose `error_word` the kernels set: the base (VF, VB: their verify's base), or the
+    params themselves (cursors, defer, buffered)."""
     if hasattr(params, "verify"):
         return params.verify.base
     return params.base if hasattr(params, "base") else params
@@ -840,6 +842,38 @@ def decode_cursors(op, *, cursors, slots, cache_len, positions=None, force_flush
     c.launch(p, tew)
 
 
+def _nested_verify(c, p, q, k, v, o, gate, scale, qk_l2norm, state, state_written, slots, cu_seqlens, layer, ring,
+                   parent=None):
+    """The verify a VF or VB params nests (`p.verify`, its own header set): checks the tokens, the
+    pool (`state_written`: VF writes the fold, VB only reads), the layer, the rows and the spec ring
+    (required). Returns (o, prob, pool, rows, ring window, finish); `finish(tew, max_seqlen)` fills
+    the verify once the entry's own arguments are checked."""
+    pv = p.verify  # a whole verify, its own header included
+    pv.struct_size = ctypes.sizeof(_abi.VerifyParams)
+    o, T, prob = _tokens(c, pv.tokens, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
+    H, HV, V, K = prob.H, prob.HV, prob.V, prob.K
+    ts = c.t("state", state, (None, None, HV, V, K), ("f32",), written=state_written, pool_dims=2)
+    _pool_pitch_rule(c.entry, ts, 1)
+    NL, NS = ts.shape[:2]
+    layer = _layer(c, layer)
+    tsl = c.t("slots", slots, (None,), ("i32",))
+    B = tsl.shape[0]
+    tcu = c.t("cu_seqlens", cu_seqlens, (B + 1,), ("i32",))
+    tpa = c.t("parent", parent, (T,), ("i32",), optional=True, empty_ok=True)
+    ring_ptrs, rh, window, rkda, _ = _spec_ring(c, ring, NL, NS, HV, V, K, _ACT_NAME[DType(prob.dtype)],
+                                                written=True)
+    if rh != H or rkda != (prob.variant == Variant.KDA):
+        _bad("%s: the ring's H or gate shape does not match the inputs" % c.entry)
+
+    def finish(tew, max_seqlen):
+        _fill_base(pv.base, prob, ts, 1, tsl, tew, layer)
+        _fill_ring(pv.ring, ring_ptrs, window)
+        pv.cu_seqlens, pv.parent, pv.num_tokens = tcu.ptr, _ptr(tpa), T
+        pv.max_seqlen = _max_seqlen(c, cu_seqlens, max_seqlen)
+
+    return o, prob, ts, tsl, window, finish
+
+
 @_entry
 def verify_fold(q, k, v, *, state, slots, cu_seqlens, layer, ring, pending, parent=None, track_slots=None,
                 track_steps=None, o=None, scale=None, qk_l2norm=True, max_seqlen=None, error_word=None, **gate):
@@ -850,34 +884,69 @@ def verify_fold(q, k, v, *, state, slots, cu_seqlens, layer, ring, pending, pare
     defer(DeferOp.COMMIT, ...)."""
     c = _Call("replayssm_verify_fold")
     p = _abi.VerifyFoldParams(struct_size=ctypes.sizeof(_abi.VerifyFoldParams))
-    pv = p.verify  # a whole verify, its own header included
-    pv.struct_size = ctypes.sizeof(_abi.VerifyParams)
-    o, T, prob = _tokens(c, pv.tokens, q, k, v, o, gate, scale, qk_l2norm, empty_ok=True)
-    H, HV, V, K = prob.H, prob.HV, prob.V, prob.K
-    ts = c.t("state", state, (None, None, HV, V, K), ("f32",), written=True, pool_dims=2)
-    _pool_pitch_rule(c.entry, ts, 1)
-    NL, NS = ts.shape[:2]
-    layer = _layer(c, layer)
-    tsl = c.t("slots", slots, (None,), ("i32",))
-    B = tsl.shape[0]
-    tcu = c.t("cu_seqlens", cu_seqlens, (B + 1,), ("i32",))
-    tpa = c.t("parent", parent, (T,), ("i32",), optional=True, empty_ok=True)
-    ring_ptrs, rh, W2, rkda, _ = _spec_ring(c, ring, NL, NS, HV, V, K, _ACT_NAME[DType(prob.dtype)], written=True)
-    if rh != H or rkda != (prob.variant == Variant.KDA):
-        _bad("replayssm_verify_fold: the ring's H or gate shape does not match the inputs")
+    o, _, ts, tsl, W2, finish = _nested_verify(c, p, q, k, v, o, gate, scale, qk_l2norm, state, True, slots,
+                                               cu_seqlens, layer, ring, parent)
+    NS, B = ts.shape[1], tsl.shape[0]
     if W2 % 2 != 0:
         _bad("replayssm_verify_fold: the ring holds two windows: its dim 3 (%d) must be 2 W" % W2)
     tpe = c.t("pending", pending, (NS, 2 + W2 // 2), ("i32",))
     tts = c.t("track_slots", track_slots, (B,), ("i32",), optional=True)
     ttp = c.t("track_steps", track_steps, (B,), ("i32",), optional=True)
     tew = _error_word(c, error_word)
-    _fill_base(pv.base, prob, ts, 1, tsl, tew, layer)
-    _fill_ring(pv.ring, ring_ptrs, W2)
-    pv.cu_seqlens, pv.parent, pv.num_tokens = tcu.ptr, _ptr(tpa), T
+    finish(tew, max_seqlen)
     p.pending, p.track_slots, p.track_steps = tpe.ptr, _ptr(tts), _ptr(ttp)
-    pv.max_seqlen = _max_seqlen(c, cu_seqlens, max_seqlen)
     c.launch(p, tew)
     return o
+
+
+@_entry
+def verify_buffered(q, k, v, *, state, slots, cu_seqlens, layer, ring, ring_u, cursors, o=None, scale=None,
+                    qk_l2norm=True, max_seqlen=None, error_word=None, **gate):
+    """Kernel VB (buffered speculative verify) of layer `layer`, linear chains: verifies each live
+    request's window from its checkpoint (state [NL, NS, HV, V, K], only read) followed by its
+    history (ring positions 0..h-1, h = cursors[slot]: `cursors` [NS] int32, shared by all layers)
+    and writes the window's records to `ring` (L positions: the cache length) and their corrections
+    to `ring_u` ([NL, NS, HV, L, V] f32) after the history. Returns o. Once per step, after
+    sampling (every layer's VB done): buffered(BufferedOp.COMMIT, ...), then
+    fold(accept_lens=flush_lens) on the same ring."""
+    c = _Call("replayssm_verify_buffered")
+    p = _abi.VerifyBufferedParams(struct_size=ctypes.sizeof(_abi.VerifyBufferedParams))
+    o, prob, ts, _, L, finish = _nested_verify(c, p, q, k, v, o, gate, scale, qk_l2norm, state, False, slots,
+                                               cu_seqlens, layer, ring)
+    NL, NS = ts.shape[:2]
+    tu = c.t("ring_u", ring_u, (NL, NS, prob.HV, L, prob.V), ("f32",), written=True)
+    tc = c.t("cursors", cursors, (NS,), ("i32",))
+    tew = _error_word(c, error_word)
+    finish(tew, max_seqlen)
+    p.cursors, p.ring_u = tc.ptr, tu.ptr
+    c.launch(p, tew)
+    return o
+
+
+@_entry
+def buffered(op, *, cursors, slots, cache_len, window, accept_lens=None, flush_lens=None, error_word=None):
+    """The buffered speculative verify's cursors ([NS] int32) for a ring of `cache_len` (L)
+    positions and draft windows of up to `window` (T) tokens: COMMIT after a step's last VB
+    (accept_lens [B]), FLUSH before a slot's checkpoint is read, copied or handed out, RESET when a
+    slot is handed to a new request or freed. COMMIT and FLUSH write every row's flush length to
+    `flush_lens` [B] int32: then fold(accept_lens=flush_lens) on the ring folds the rows that flush."""
+    c = _Call("replayssm_buffered")
+    p = _abi.BufferedParams(struct_size=ctypes.sizeof(_abi.BufferedParams))
+    op = _enum(c.entry, "op", op, BufferedOp)
+    cache_len = _i32(c.entry, "cache_len", cache_len)
+    window = _i32(c.entry, "window", window)
+    tc = c.t("cursors", cursors, (None,), ("i32",), written=True)
+    tsl = c.t("slots", slots, (None,), ("i32",))
+    B = tsl.shape[0]
+    tl = c.t("accept_lens", accept_lens, (B,), ("i32",), optional=True)
+    tf = c.t("flush_lens", flush_lens, (B,), ("i32",), optional=True, written=True)
+    if op != BufferedOp.COMMIT and tl is not None:
+        _bad("replayssm_buffered: accept_lens is read by COMMIT only")
+    tew = _error_word(c, error_word)
+    p.cursors, p.slots, p.accept_lens, p.flush_lens = tc.ptr, tsl.ptr, _ptr(tl), _ptr(tf)
+    p.error_word = _ptr(tew)
+    p.batch, p.num_slots, p.cache_len, p.window, p.op = B, tc.shape[0], cache_len, window, int(op)
+    c.launch(p, tew)
 
 
 @_entry

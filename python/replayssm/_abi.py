@@ -17,6 +17,8 @@ ABI_VERSION = 3
 MAX_VERIFY_WINDOW = 16
 # Most records of a decode ring: cache_len's limit (REPLAYSSM_MAX_CACHE_LEN in include/replayssm.h).
 MAX_CACHE_LEN = 1 << 16
+# Longest spec ring of the buffered speculative verify (REPLAYSSM_MAX_BUFFERED_CACHE_LEN).
+MAX_BUFFERED_CACHE_LEN = 64
 
 
 class Status(enum.IntEnum):
@@ -57,6 +59,12 @@ class CursorOp(enum.IntEnum):
 class DeferOp(enum.IntEnum):
     COMMIT = 0
     GATHER = 1
+    RESET = 2
+
+
+class BufferedOp(enum.IntEnum):
+    COMMIT = 0
+    FLUSH = 1
     RESET = 2
 
 
@@ -204,7 +212,17 @@ class DeferParams(_Params):
                 + _ints("batch", "num_slots", "window", "path_width", "op", "reserved"))
 
 
-# The parts' sizes (the library reports only the 8 top-level structs' through
+class VerifyBufferedParams(_Params):
+    # A whole verify, its own header included (verify.struct_size = sizeof(VerifyParams)), as VF's.
+    _fields_ = _HEADER + [("verify", VerifyParams)] + _ptrs("cursors", "ring_u")
+
+
+class BufferedParams(_Params):
+    _fields_ = (_HEADER + _ptrs("cursors", "slots", "accept_lens", "flush_lens", "error_word")
+                + _ints("batch", "num_slots", "cache_len", "window", "op", "reserved"))
+
+
+# The parts' sizes (the library reports only the top-level structs' through
 # replayssm_struct_size; these pin the parts so a layout slip names the part, not just its user).
 PART_SIZES = {"replayssm_base_params": (BaseParams, 88), "replayssm_token_params": (TokenParams, 136),
               "replayssm_ring_params": (RingParams, 40)}
@@ -223,6 +241,8 @@ STRUCTS = {
     "replayssm_cursor_params": CursorParams,
     "replayssm_verify_fold_params": VerifyFoldParams,
     "replayssm_defer_params": DeferParams,
+    "replayssm_verify_buffered_params": VerifyBufferedParams,
+    "replayssm_buffered_params": BufferedParams,
 }
 
 ENTRIES = {
@@ -235,6 +255,8 @@ ENTRIES = {
     "replayssm_decode_cursors": CursorParams,
     "replayssm_verify_fold": VerifyFoldParams,
     "replayssm_defer": DeferParams,
+    "replayssm_verify_buffered": VerifyBufferedParams,
+    "replayssm_buffered": BufferedParams,
 }
 
 

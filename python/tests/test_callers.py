@@ -75,6 +75,9 @@ def test_python_refuses_every_row_of_the_shared_table_with_its_words(rng, entry,
     if "[" in name:
         name, i = name.rstrip("]").split("[")
         arr = np.array(kw[name], copy=True)
+        if name == "cursors":  # the cursor of row i's slot: every cursor starts at 0
+            arr[:] = 0
+            i = kw["slots"][int(i)]
         arr.reshape(-1)[int(i)] = int(value)  # i counts in memory order
         kw[name] = arr
     else:

@@ -126,6 +126,67 @@ def test_deferred_fold_matches_verify_then_fold_bit_for_bit(rng, kda, strided):
                        pending=np.zeros((NS, 3), np.int32))
 
 
+@pytest.mark.parametrize("kda", [False, True])
+def test_buffered_verify_matches_verify_then_fold(rng, kda):
+    """Five steps of VB + COMMIT (+ kernel F on the flush lengths), a forced FLUSH and a RESET,
+    against V + F on the same windows: VB's outputs within V's tolerance, the cursors and flush
+    lengths the protocol's, and every flushed checkpoint bit-identical to V + F's."""
+    T, L, NL = 4, 8, 2
+    steps = [Problem(rng, [4, 2, 3], kda=kda) for _ in range(5)]
+    p0 = steps[0]
+    slots, NS = p0.slots, len(p0.state)
+    pool_f = np.stack([p0.state] * NL)
+    pool_b = pool_f.copy()
+
+    def ring_of(w):
+        return (np.full((NL, NS, p0.HV, w, p0.V), np.nan, np.float32),
+                np.full((NL, NS, p0.H, w, p0.K), np.nan, np.float32),
+                np.full((NL, NS, p0.HV, w, p0.K) if kda else (NL, NS, p0.HV, w), np.nan, np.float32),
+                np.full((NL, NS, p0.HV, w), np.nan, np.float32))
+    ring, ring_b = ring_of(T), ring_of(L)
+    ring_u = np.full((NL, NS, p0.HV, L, p0.V), np.nan, np.float32)
+    cursors = np.zeros(NS, np.int32)
+    flush = np.full(len(slots), -1, np.int32)
+    err = np.zeros(1, np.uint32)
+    hist, flushes = np.zeros(NS, np.int64), 0
+    for t, p in enumerate(steps):
+        for layer in range(NL):
+            kw = dict(g=p.g, beta=p.beta, slots=slots, cu_seqlens=p.cu_seqlens, layer=layer)
+            o_v = rs.verify(p.q, p.k, p.v, state=pool_f, ring=ring, **kw)
+            o_b = rs.verify_buffered(p.q, p.k, p.v, state=pool_b, ring=ring_b, ring_u=ring_u, cursors=cursors,
+                                     error_word=err, **kw)
+            assert np.all(np.abs(o_b - o_v) <= 1e-4 + 1e-3 * np.abs(o_v)), "step %d layer %d: VB vs V" % (t, layer)
+        accept = np.array([[4, 1, 3], [0, 2, 2], [3, 2, 1], [4, 2, 3], [1, 0, 2]][t], np.int32)
+        rs.fold(state=pool_f, ring=ring, slots=slots, accept_lens=accept, error_word=err)
+        rs.buffered(rs.BufferedOp.COMMIT, cursors=cursors, slots=slots, cache_len=L, window=T, accept_lens=accept,
+                    flush_lens=flush, error_word=err)
+        rs.fold(state=pool_b, ring=ring_b, slots=slots, accept_lens=flush, error_word=err)
+        for b, s in enumerate(slots):
+            nxt = hist[s] + accept[b]
+            want = nxt if nxt > L - T else 0
+            hist[s] = 0 if want else nxt
+            assert flush[b] == want, "step %d row %d: flush length" % (t, b)
+            if want:
+                flushes += 1
+                assert (bits(pool_b[:, s]) == bits(pool_f[:, s])).all(), "step %d: flushed slot %d" % (t, s)
+        assert cursors[slots].tolist() == hist[slots].tolist(), "step %d: cursors" % t
+    assert flushes > 0, "the chain never flushed at a commit"
+    # A forced flush of every live slot: the checkpoints are current, V + F's bits.
+    rs.buffered(rs.BufferedOp.FLUSH, cursors=cursors, slots=slots, cache_len=L, window=T, flush_lens=flush,
+                error_word=err)
+    assert flush.tolist() == hist[slots].tolist()
+    rs.fold(state=pool_b, ring=ring_b, slots=slots, accept_lens=flush, error_word=err)
+    assert (bits(pool_b) == bits(pool_f)).all(), "flushed VB checkpoints != V + F's"
+    cursors[slots[0]] = 3
+    rs.buffered(rs.BufferedOp.RESET, cursors=cursors, slots=slots[:1], cache_len=L, window=T, error_word=err)
+    assert err[0] == 0 and (cursors == 0).all()
+    # A history that leaves no room for the window is refused before the launch, naming it.
+    cursors[slots[1]] = L - 1
+    with pytest.raises(rs.InvalidArgument, match=r"cursors\[slots\]\[1\] = 7"):
+        rs.verify_buffered(p0.q, p0.k, p0.v, g=p0.g, beta=p0.beta, slots=slots, cu_seqlens=p0.cu_seqlens, layer=0,
+                           state=pool_b, ring=ring_b, ring_u=ring_u, cursors=cursors)
+
+
 def test_buffered_decode_with_cursors_gives_the_recurrent_bits(rng):
     steps, L, B = 6, 4, 3
     p = Problem(rng, [steps] * B, null=(2,))

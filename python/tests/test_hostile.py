@@ -79,6 +79,14 @@ def calls(rng, kda=False):
     pending = np.tile(np.array([2, 0, 0, 1] + [-1] * (W - 2), np.int32), (NS, 1))
     spare = int(np.setdiff1d(np.arange(NS), p.slots)[0])
     pending[spare] = [0, 0] + [-1] * W  # the track target: nothing pending (else refused)
+    # The buffered verify: a ring of LB = 2 W positions, ring_u, and the cursors (row 0's slot holds
+    # a history of 1 record, so its window of 2 goes to positions 1..2; row 1's of 3 to 0..2).
+    LB = 2 * W
+    ringb = (np.zeros((NL, NS, HV, LB, V), np.float32), np.zeros((NL, NS, H, LB, K), np.float32),
+             np.zeros(gshape[:3] + (LB,) + gshape[4:], np.float32), np.zeros((NL, NS, HV, LB), np.float32))
+    ring_u = np.zeros((NL, NS, HV, LB, V), np.float32)
+    cursors = np.zeros(NS, np.int32)
+    cursors[p.slots[0]] = 1
     return {
         "recurrent": (rs.recurrent, dict(tokens, state=p.state.copy(), slots=p.slots, cu_seqlens=p.cu_seqlens)),
         "verify": (rs.verify, dict(tokens, state=pool.copy(), slots=p.slots, cu_seqlens=p.cu_seqlens, layer=1,
@@ -95,6 +103,10 @@ def calls(rng, kda=False):
                                              ring=ring2, pending=pending.copy(), track_slots=i32(spare, -1),
                                              track_steps=i32(1, -1))),
         "defer": (rs.defer, dict(op=rs.DeferOp.COMMIT, pending=pending.copy(), slots=p.slots, accept_lens=i32(2, 3))),
+        "verify_buffered": (rs.verify_buffered, dict(tokens, state=pool.copy(), slots=p.slots, cu_seqlens=p.cu_seqlens,
+                                                     layer=1, ring=ringb, ring_u=ring_u, cursors=cursors.copy())),
+        "buffered": (rs.buffered, dict(op=rs.BufferedOp.COMMIT, cursors=cursors.copy(), slots=p.slots, cache_len=LB,
+                                       window=W, accept_lens=i32(2, 3), flush_lens=np.zeros(2, np.int32))),
     }
 
 
@@ -161,6 +173,12 @@ WRITTEN = [
     ("verify_fold", "ring", _ring_with(1, over_bytes), {"what": "ring_k"}),
     ("verify_fold", "ring", _ring_with(2, readonly), {"what": "ring_g"}),
     ("verify_fold", "ring", _ring_with(3, over_bytes), {"what": "ring_beta"}),
+    ("verify_buffered", "ring", _ring_with(0, readonly), {"what": "ring_v"}),
+    ("verify_buffered", "ring", _ring_with(3, over_bytes), {"what": "ring_beta"}),
+    ("verify_buffered", "ring_u", _arg("ring_u", readonly), {}),
+    ("verify_buffered", "o", lambda kw: over_bytes(np.zeros((5, HV, V), np.float32)), {}),
+    ("buffered", "cursors", _arg("cursors", readonly), {}),
+    ("buffered", "flush_lens", _arg("flush_lens", over_bytes), {"op": rs.BufferedOp.FLUSH, "accept_lens": DROP}),
     ("verify_fold", "error_word", lambda kw: readonly(np.zeros(1, np.uint32)), {}),
     ("defer", "pending", _arg("pending", readonly), {}),  # COMMIT writes the entries
     ("defer", "pending", _arg("pending", over_bytes), {"op": rs.DeferOp.RESET, "accept_lens": DROP}),
@@ -311,6 +329,17 @@ INTS = [
      r"W \(pending's dim 1 minus 2\) = 17 is out of range, must be in 1\.\.=16"),
     ("defer", dict(pending=np.zeros((3, 2), np.int32)),
      r"W \(pending's dim 1 minus 2\) = 0 is out of range, must be in 1\.\.=16"),
+    # The buffered verify: L (the ring's positions) at most 64 and at least 2 T; T a verify window.
+    ("verify_buffered", dict(layer=2), r"layer = 2, must be in 0\.\.=1"),
+    ("verify_buffered", dict(max_seqlen=17), r"max_seqlen \(draft tokens per request\) = 17, must be in 1\.\.=16"),
+    ("verify_buffered", dict(max_seqlen=2 ** 32), r"max_seqlen = 4294967296 is out of range"),
+    ("buffered", dict(op=3), r"op = 3 is out of range, must be in 0\.\.=2"),
+    ("buffered", dict(op="FLUSH"), r"op = 'FLUSH' is not an integer \(str\)"),
+    ("buffered", dict(window=17), r"window \(T, the longest draft window of a step\) = 17, must be in 1\.\.=16"),
+    ("buffered", dict(window=0), r"window \(T, the longest draft window of a step\) = 0"),
+    ("buffered", dict(cache_len=65), r"cache_len = 65, must be in 1\.\.=64"),
+    ("buffered", dict(cache_len=7), r"cache_len = 7 is below 2 T = 8"),
+    ("buffered", dict(cache_len=2 ** 31), r"cache_len = 2147483648 is out of range"),
 ]
 
 
@@ -398,8 +427,10 @@ def test_the_params_are_one_base_and_parts():
         "replayssm_fold_params": ["base", "ring"], "replayssm_replay_params": ["base", "ring"],
         "replayssm_decode_params": ["base", "tokens"], "replayssm_cursor_params": [],
         "replayssm_verify_fold_params": ["verify"], "replayssm_defer_params": [],
+        "replayssm_verify_buffered_params": ["verify"], "replayssm_buffered_params": [],
     }
     assert _abi.VerifyFoldParams.verify.offset == 8 and _abi.RecurrentParams.base.offset == 8
+    assert _abi.VerifyBufferedParams.verify.offset == 8
 
 
 # Each entry's reserved fields as the library names them in its refusal (VF: inside its verify).
@@ -413,6 +444,9 @@ RESERVED = [
     ("verify_fold", "verify.base.reserved"),
     ("verify_fold", "verify.ring.reserved"),
     ("defer", "reserved"),
+    ("verify_buffered", "verify.base.reserved"),
+    ("verify_buffered", "verify.ring.reserved"),
+    ("buffered", "reserved"),
 ]
 
 
@@ -491,6 +525,16 @@ DEVICE = [
                    pending=np.tile(_i32(W + 2, 0, 0, 1, 2, 3), (3, 1))), "BAD_LENGTH"),
     ("defer", dict(op=rs.DeferOp.GATHER, accept_lens=DROP, paths=np.zeros((2, W), np.int32),
                    pending=np.tile(_i32(3, 1, 4, 6, 5, -1), (3, 1))), "BAD_TREE"),
+    # The buffered verify's cursors: the window must fit after the history (L = 2 W here).
+    ("verify_buffered", dict(cursors=_i32(7, 7, 7)), "BAD_LENGTH"),
+    ("verify_buffered", dict(cursors=_i32(-1, -1, -1)), "BAD_LENGTH"),
+    ("verify_buffered", dict(slots=_i32(0, 3)), "SLOT_OUT_OF_RANGE"),
+    ("verify_buffered", dict(slots=_i32(1, 1)), "DUPLICATE_SLOT"),
+    ("verify_buffered", dict(cu_seqlens=_i32(0, 3, 1)), "BAD_SEQLENS"),
+    ("buffered", dict(cursors=_i32(5, 5, 5)), "BAD_LENGTH"),
+    ("buffered", dict(accept_lens=_i32(W + 1, 0)), "BAD_LENGTH"),
+    ("buffered", dict(slots=_i32(2, 2)), "DUPLICATE_SLOT"),
+    ("buffered", dict(op=rs.BufferedOp.FLUSH, accept_lens=DROP, cursors=_i32(-4, -4, -4)), "BAD_LENGTH"),
 ]
 
 

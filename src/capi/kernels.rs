@@ -85,25 +85,27 @@ entry_params! {
     };
     replayssm_decode_params => |p| token_header(p.flags, &p.base, p.reserved);
     replayssm_cursor_params => |p| header(p.flags, &[]);
-    replayssm_verify_fold_params => |p| verify_fold_header(p);
+    replayssm_verify_fold_params => |p| nested_verify_header(Self::NAME, p.flags, &p.verify);
     replayssm_defer_params => |p| header(p.flags, &[("reserved", p.reserved)]);
+    replayssm_verify_buffered_params => |p| nested_verify_header(Self::NAME, p.flags, &p.verify);
+    replayssm_buffered_params => |p| header(p.flags, &[("reserved", p.reserved)]);
 }
 
-/// VF's header: its own flags, the nested verify struct's size, then V's header fields.
-fn verify_fold_header(p: &replayssm_verify_fold_params) -> Check {
-    header(p.flags, &[])?;
+/// The header of a params struct that nests a whole verify (VF, VB; `outer` its C name): its own
+/// flags, the nested verify struct's size, then V's header fields.
+fn nested_verify_header(outer: &str, flags: u32, verify: &replayssm_verify_params) -> Check {
+    header(flags, &[])?;
     let want = std::mem::size_of::<replayssm_verify_params>();
-    if p.verify.struct_size as usize != want {
+    if verify.struct_size as usize != want {
         return Err(Failure::new(
             replayssm_status::REPLAYSSM_ERR_STRUCT_SIZE,
             format!(
-                "replayssm_verify_fold_params.verify.struct_size is {}, but this library expects {want} \
-             (sizeof(replayssm_verify_params))",
-                p.verify.struct_size
+                "{outer}.verify.struct_size is {}, but this library expects {want} (sizeof(replayssm_verify_params))",
+                verify.struct_size
             ),
         ));
     }
-    verify_header(&p.verify, "verify.")
+    verify_header(verify, "verify.")
 }
 
 /// What an entry does after its header: build the kernel layer's params (`K`, the tuning table's
@@ -191,6 +193,8 @@ entries! {
     Cursors = replayssm_decode_cursors(replayssm_cursor_params): cursors, rssm_decode_cursors, rssm_emu_decode_cursors, |p| p.kernel();
     VerifyFold = replayssm_verify_fold(replayssm_verify_fold_params): verify_fold, rssm_verify_fold, rssm_emu_verify_fold, |p| tuned(p.kernel(), Kernel::VF, |k| (&mut k.verify.base, k.verify.max_seqlen));
     Defer = replayssm_defer(replayssm_defer_params): defer, rssm_defer, rssm_emu_defer, |p| p.kernel();
+    VerifyBuffered = replayssm_verify_buffered(replayssm_verify_buffered_params): verify_buffered, rssm_verify_buffered, rssm_emu_verify_buffered, |p| crate::kernels::verify_buffered::with_implementation(p.kernel());
+    Buffered = replayssm_buffered(replayssm_buffered_params): buffered, rssm_buffered, rssm_emu_buffered, |p| p.kernel();
 }
 
 /// Kernel R, the recurrent baseline: outputs of every token and, with `write_state`, the final
@@ -325,4 +329,39 @@ pub unsafe extern "C" fn replayssm_defer(
     stream: *mut c_void,
 ) -> replayssm_status {
     Defer::run(params, backend, stream)
+}
+
+/// Kernel VB (buffered speculative verify) of one layer: verifies each live request's new window
+/// (a linear chain) from its checkpoint followed by its history (ring positions
+/// `0..cursors[slot]`, each record's stored correction in `ring_u`), without writing the
+/// checkpoint; writes the window's records and corrections after the history. Then, once per step
+/// after the last layer's VB (not after each layer), `replayssm_buffered` COMMIT and
+/// `replayssm_fold` with `accept_lens = flush_lens` on the same ring.
+///
+/// # Safety
+/// As `replayssm_recurrent`, for a `replayssm_verify_buffered_params`.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_verify_buffered(
+    backend: i32,
+    params: *const replayssm_verify_buffered_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    VerifyBuffered::run(params, backend, stream)
+}
+
+/// The buffered speculative verify's cursors: COMMIT after a step's last VB, FLUSH before a
+/// slot's checkpoint is read, copied or handed out, RESET when a slot is handed to a new request
+/// or freed (`op`, a `replayssm_buffered_op`). COMMIT and FLUSH write every row's
+/// `flush_lens[b]`; `replayssm_fold` with `accept_lens = flush_lens` then folds the rows that
+/// flush (every layer, bit-identical to kernel R).
+///
+/// # Safety
+/// As `replayssm_recurrent`, for a `replayssm_buffered_params`.
+#[no_mangle]
+pub unsafe extern "C" fn replayssm_buffered(
+    backend: i32,
+    params: *const replayssm_buffered_params,
+    stream: *mut c_void,
+) -> replayssm_status {
+    Buffered::run(params, backend, stream)
 }

@@ -24,8 +24,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use config::replayssm_validate_config;
 pub use kernels::{
-    replayssm_decode, replayssm_decode_cursors, replayssm_decode_materialize, replayssm_defer, replayssm_fold,
-    replayssm_recurrent, replayssm_replay, replayssm_verify, replayssm_verify_fold,
+    replayssm_buffered, replayssm_decode, replayssm_decode_cursors, replayssm_decode_materialize, replayssm_defer,
+    replayssm_fold, replayssm_recurrent, replayssm_replay, replayssm_verify, replayssm_verify_buffered,
+    replayssm_verify_fold,
 };
 pub use params::*;
 
@@ -116,6 +117,9 @@ pub const REPLAYSSM_DEVERR_TRACK_STEP: u32 = 0x40;
 pub const REPLAYSSM_MAX_V: i32 = 65536;
 /// Longest buffered-decode ring (`cache_len`: pending records per slot and layer).
 pub const REPLAYSSM_MAX_CACHE_LEN: i32 = 65536;
+/// Longest spec ring of the buffered speculative verify (`cache_len`, the ring's `window` in
+/// `replayssm_verify_buffered`): VB stages a slot's history in shared memory.
+pub const REPLAYSSM_MAX_BUFFERED_CACHE_LEN: i32 = 64;
 /// Key head dims K the kernels are compiled for, as a set of powers of two (32 | 64 | 128 | 256).
 pub const REPLAYSSM_HEAD_DIMS_MASK: u32 = 0x1E0;
 
@@ -131,6 +135,7 @@ const _: () = {
     assert!(REPLAYSSM_MAX_V as u32 == crate::ffi::RSSM_MAX_V);
     assert!(REPLAYSSM_MAX_CACHE_LEN as u32 == crate::ffi::RSSM_MAX_CACHE_LEN);
     assert!(REPLAYSSM_HEAD_DIMS_MASK == crate::ffi::RSSM_HEAD_DIMS_MASK);
+    assert!(REPLAYSSM_MAX_BUFFERED_CACHE_LEN as u32 == crate::ffi::RSSM_MAX_BUFFERED_CACHE_LEN);
     // The public enums pass through as int32 into the kernel layer's params: same values.
     use crate::ffi as k;
     assert!(replayssm_dtype::REPLAYSSM_DTYPE_F32 as u32 == k::rssm_dtype_RSSM_DTYPE_F32);
@@ -144,6 +149,9 @@ const _: () = {
     assert!(replayssm_defer_op::REPLAYSSM_DEFER_COMMIT as u32 == k::rssm_defer_op_RSSM_DEFER_COMMIT);
     assert!(replayssm_defer_op::REPLAYSSM_DEFER_GATHER as u32 == k::rssm_defer_op_RSSM_DEFER_GATHER);
     assert!(replayssm_defer_op::REPLAYSSM_DEFER_RESET as u32 == k::rssm_defer_op_RSSM_DEFER_RESET);
+    assert!(replayssm_buffered_op::REPLAYSSM_BUFFERED_COMMIT as u32 == k::rssm_buffered_op_RSSM_BUFFERED_COMMIT);
+    assert!(replayssm_buffered_op::REPLAYSSM_BUFFERED_FLUSH as u32 == k::rssm_buffered_op_RSSM_BUFFERED_FLUSH);
+    assert!(replayssm_buffered_op::REPLAYSSM_BUFFERED_RESET as u32 == k::rssm_buffered_op_RSSM_BUFFERED_RESET);
 };
 
 /// A refused call: its status, its message and, for CUDA failures, the cudaError_t.
@@ -472,6 +480,8 @@ pub unsafe extern "C" fn replayssm_struct_size(name: *const c_char) -> usize {
         b"replayssm_cursor_params" => size_of::<replayssm_cursor_params>(),
         b"replayssm_verify_fold_params" => size_of::<replayssm_verify_fold_params>(),
         b"replayssm_defer_params" => size_of::<replayssm_defer_params>(),
+        b"replayssm_verify_buffered_params" => size_of::<replayssm_verify_buffered_params>(),
+        b"replayssm_buffered_params" => size_of::<replayssm_buffered_params>(),
         _ => 0,
     }
 }

@@ -3,7 +3,7 @@
 //! apply): an 8-byte header, `struct_size` (= `sizeof` the struct the caller compiled against)
 //! and `flags` (reserved, 0); then the params base [`replayssm_base_params`] (pool, rows, heads),
 //! the token part [`replayssm_token_params`] (R, V, D) and the spec ring [`replayssm_ring_params`]
-//! (V, F, P); then the kernel's own fields. VF holds a whole [`replayssm_verify_params`]. The
+//! (V, F, P); then the kernel's own fields. VF and VB hold a whole [`replayssm_verify_params`]. The
 //! implementation fields of the kernel layer's base (`impl`, `block_rows`) are not part of the
 //! ABI: the library picks them per call (src/tuning.rs). ABI 3 accepts exactly its own sizes.
 #![allow(non_camel_case_types, non_snake_case)]
@@ -252,6 +252,63 @@ pub enum replayssm_defer_op {
     REPLAYSSM_DEFER_RESET = 2,
 }
 
+/// Kernel VB (buffered speculative verify of one layer) of `replayssm_verify_buffered`: a whole
+/// `replayssm_verify_params` (the verify of the new window, as VF's; the ring is required, its
+/// `window` is the cache length L (at most `REPLAYSSM_MAX_BUFFERED_CACHE_LEN`), `parent` NULL: a
+/// linear chain), then the cursors `[num_slots]` (each slot's history length h, shared by all
+/// layers, written only by `replayssm_buffered`) and the corrections `ring_u`
+/// (`[num_layers, num_slots, HV, L, V]` f32, written and read by VB only). The base's `state` is
+/// only read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_verify_buffered_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    /// The verify of the new window (its own header included); the ring is required and its
+    /// `window` is L.
+    pub verify: replayssm_verify_params,
+    pub cursors: *const i32,
+    pub ring_u: *mut f32,
+}
+
+/// The buffered speculative mode's cursors of `replayssm_buffered`: `op` is a
+/// `replayssm_buffered_op`; `cache_len` is L (ring positions per slot), `window` T (the step's
+/// longest draft window). COMMIT and FLUSH write every row's `flush_lens[b]`: kernel F's
+/// `accept_lens` (`replayssm_fold` on the L ring) folds exactly the rows that flush.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct replayssm_buffered_params {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub cursors: *mut i32,
+    pub slots: *const i32,
+    /// COMMIT: `[batch]`; NULL otherwise.
+    pub accept_lens: *const i32,
+    /// COMMIT, FLUSH: `[batch]` out; RESET: NULL.
+    pub flush_lens: *mut i32,
+    pub error_word: *mut u32,
+    pub batch: i32,
+    pub num_slots: i32,
+    pub cache_len: i32,
+    pub window: i32,
+    pub op: i32,
+    pub reserved: i32,
+}
+
+/// What `replayssm_buffered` does to each row (see the kernel layer's `rssm_buffered_op`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum replayssm_buffered_op {
+    /// Once per step, after the step's last layer's VB: the history grows by `accept_lens[b]`; a
+    /// row whose next window would not fit flushes (`flush_lens[b]` = its history, cursor 0).
+    REPLAYSSM_BUFFERED_COMMIT = 0,
+    /// `flush_lens[b]` = the slot's history, cursor 0: then `replayssm_fold` makes the checkpoint
+    /// current (before it is read, copied or handed out). Between steps only.
+    REPLAYSSM_BUFFERED_FLUSH = 1,
+    /// Cursor 0: the slot was handed to a new request, or freed; its history is dropped.
+    REPLAYSSM_BUFFERED_RESET = 2,
+}
+
 /// Copies the fields both structs share (same names) into the kernel struct.
 macro_rules! copy_fields {
     ($src:expr => $ty:path { $($f:ident),* $(,)? }) => {{
@@ -336,6 +393,12 @@ mirror!(replayssm_decode_params => rssm_decode_params {
 mirror!(replayssm_verify_fold_params => rssm_verify_fold_params {
     verify: verify; pending, track_slots, track_steps,
 });
+mirror!(replayssm_verify_buffered_params => rssm_verify_buffered_params {
+    verify: verify; cursors, ring_u,
+});
+mirror!(replayssm_buffered_params => rssm_buffered_params {
+    ; cursors, slots, accept_lens, flush_lens, error_word, batch, num_slots, cache_len, window, op, reserved,
+});
 mirror!(replayssm_cursor_params => rssm_cursor_params {
     ; cursors, slots, positions, force_flush, error_word, batch, num_slots, cache_len, op,
 });
@@ -362,4 +425,7 @@ const _: () = {
     // VF nests a whole verify, header included.
     assert!(size_of::<replayssm_verify_fold_params>() == 8 + size_of::<ffi::rssm_verify_fold_params>());
     assert!(size_of::<replayssm_defer_params>() == 8 + size_of::<ffi::rssm_defer_params>());
+    // VB nests a whole verify too.
+    assert!(size_of::<replayssm_verify_buffered_params>() == 8 + size_of::<ffi::rssm_verify_buffered_params>());
+    assert!(size_of::<replayssm_buffered_params>() == 8 + size_of::<ffi::rssm_buffered_params>());
 };

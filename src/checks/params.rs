@@ -815,6 +815,16 @@ pub fn buffered_cache_len(cache_len: i64, window: i64) -> Check {
     }
 }
 
+/// The buffered speculative mode's draft window T (the longest window of a step): a verify window.
+pub fn buffered_window(window: i64) -> Check {
+    in_range(
+        window,
+        1,
+        ffi::RSSM_MAX_VERIFY_WINDOW,
+        "window (T, the longest draft window of a step)",
+    )
+}
+
 /// Rows per VB block for windows of up to `t` tokens over a ring of `l` positions: the whole head
 /// (0) where its shared memory fits, else the largest of 64, 32 and 16 rows that fits (V's own
 /// staged rule included). The Rust wrapper launches with it; `BufferedRing::for_pool` refuses a
@@ -889,6 +899,10 @@ pub(crate) fn verify_buffered(p: &ffi::rssm_verify_buffered_params, reach: impl 
     nonnull(p.ring_u, "ring_u")?;
     let (k, vd) = (b.K as i64, b.V as i64);
     dense("ring_u", &[b.num_layers, b.num_slots, b.HV, l, b.V], 4)?;
+    // No block of any rows fits (what `BufferedRing::for_pool` refuses, in its words); verify()
+    // bounded T, K and V.
+    let kda = b.variant == ffi::rssm_variant_RSSM_VARIANT_KDA as i32;
+    buffered_block_rows(v.max_seqlen as usize, l as usize, b.K as usize, b.V as usize, kda).map_err(bad)?;
     // SAFETY: a pure size computation on checked shapes (verify() bounded T, K and V).
     let smem = unsafe { ffi::rssm_verify_buffered_smem_bytes(v.max_seqlen, l, b.K, b.variant, b.block_rows, b.V) };
     if smem > ffi::RSSM_VERIFY_STAGED_MAX_SMEM as i64 {
@@ -923,7 +937,7 @@ pub(crate) fn buffered(p: &ffi::rssm_buffered_params, reach: impl Into<Reach>) -
         p.num_slots,
         p.slots,
     )?;
-    draft_tokens(p.window.into())?;
+    buffered_window(p.window.into())?;
     buffered_cache_len(p.cache_len.into(), p.window.into())?;
     nonnull(p.cursors, "cursors")?;
     let (commit, reset) = (

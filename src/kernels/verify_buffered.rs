@@ -63,18 +63,11 @@ impl Stream {
             Some(&mut bring.ring),
         )?;
         verify.base.state = exec.store("pool", pool.storage())?.cast_mut();
-        // The one implementation, over the whole head where its shared memory fits.
-        let d = pool.shape().dims;
-        let kda = pool.shape().variant == crate::problem::Variant::Kda;
-        verify.base.impl_ = ffi::rssm_impl_RSSM_IMPL_STAGED as i32;
-        verify.base.block_rows =
-            crate::checks::params::buffered_block_rows(verify.max_seqlen as usize, bring.cache_len(), d.k, d.v, kda)
-                .map_err(crate::error::Error::BadParam)?;
-        let params = ffi::rssm_verify_buffered_params {
+        let params = with_implementation(ffi::rssm_verify_buffered_params {
             verify,
             cursors: exec.store("cursors", &bring.cursors)?,
             ring_u: exec.store_mut("ring_u", &mut bring.ring_u)?,
-        };
+        });
         // The checks the C ABI runs on the same params (one source: `checks::params`).
         crate::checks::params::verify_buffered(&params, exec.backend)?;
         let st = launch!(&exec, rssm_verify_buffered, rssm_emu_verify_buffered, &params);
@@ -168,6 +161,22 @@ impl Stream {
             None,
         )
     }
+}
+
+/// VB's implementation fields, as the Rust wrapper and the C ABI launch it: the one
+/// implementation (STAGED), over the whole head where its shared memory fits, else the most rows
+/// per block that fit (`checks::params::buffered_block_rows`). A shape no block fits (or not a
+/// shape at all) gets 16 rows, and `checks::params::verify_buffered` refuses it, naming it.
+pub(crate) fn with_implementation(mut p: ffi::rssm_verify_buffered_params) -> ffi::rssm_verify_buffered_params {
+    let v = &mut p.verify;
+    v.base.impl_ = ffi::rssm_impl_RSSM_IMPL_STAGED as i32;
+    let kda = v.base.variant == ffi::rssm_variant_RSSM_VARIANT_KDA as i32;
+    let dims = [v.max_seqlen, v.ring.window, v.base.K, v.base.V].map(usize::try_from);
+    v.base.block_rows = match dims {
+        [Ok(t), Ok(l), Ok(k), Ok(d)] => crate::checks::params::buffered_block_rows(t, l, k, d, kda).unwrap_or(16),
+        _ => 16,
+    };
+    p
 }
 
 /// Launches the cursor kernel with `op`.

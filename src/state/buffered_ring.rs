@@ -15,11 +15,10 @@
 //! nothing). `Stream::buffered_flush` and `buffered_reset` run between steps only, never between
 //! one layer's VB and the commit.
 
-use crate::checks::params::{buffered_block_rows, buffered_cache_len};
+use crate::checks::params::{buffered_block_rows, buffered_cache_len, buffered_window};
 use crate::config::{GateError, Mode};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::limits::MAX_VERIFY_WINDOW;
 use crate::memory::{Device, Memory, Storage, Stream};
 use crate::state::pool::CheckpointPool;
 use crate::state::spec_ring::{RingShape, SpecRing};
@@ -58,12 +57,7 @@ impl<M: Memory> BufferedRing<M> {
     /// `--enable-linear-replayssm-spec --linear-replayssm-spec-buffered`, and unless L >= 2 T.
     pub fn for_pool(pool: &CheckpointPool<M>, window: usize, dtype: DType, l2norm: bool) -> Result<Self> {
         let cache_len = buffered_pool_cache_len(pool)?;
-        if window == 0 || window > MAX_VERIFY_WINDOW {
-            return Err(Error::InvalidValue {
-                what: "buffered spec window",
-                why: format!("T = {window}, must be in 1..={MAX_VERIFY_WINDOW} (the verify window)"),
-            });
-        }
+        buffered_window(window.try_into().unwrap_or(i64::MAX))?;
         buffered_cache_len(cache_len as i64, window as i64)?;
         let s = pool.shape();
         buffered_block_rows(
@@ -101,6 +95,15 @@ impl<M: Memory> BufferedRing<M> {
     }
     pub fn shape(&self) -> RingShape {
         self.ring.shape
+    }
+    /// Each record's correction u (`[layers][slots][HV][L][V]` f32): what a caller of the C ABI
+    /// (`replayssm_verify_buffered`'s `ring_u`) holds; read it to compare or to move a history.
+    pub fn ring_u(&self) -> &M::Vec<f32> {
+        &self.ring_u
+    }
+    /// The cursors (`[NS]` i32, each slot's history length h).
+    pub fn cursors(&self) -> &M::Vec<i32> {
+        &self.cursors
     }
 
     pub(crate) fn check_pool(&self, pool: &CheckpointPool<M>) -> Result<()> {

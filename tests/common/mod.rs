@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod golden;
 pub mod refusals;
 pub mod spec_chain;
 

@@ -8,19 +8,20 @@ use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
-use crate::staged::{fold, recurrent, verify, verify_fold};
+use crate::staged::{fold, recurrent, verify, verify_fold, DeviceTokens};
 use crate::workload::{GateData, RecurrentData};
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
 use replayssm::dtype::{bytes_of, ActBuffer, DType};
 use replayssm::kernels::recurrent::RecurrentOutputs;
+use replayssm::memory::{DeviceAct, DeviceVec, Stream};
 use replayssm::numerics::{compare, Comparison, Tolerance};
 use replayssm::pool::CheckpointPool;
 use replayssm::problem::{HeadDims, Variant};
 use replayssm::ring::SpecRing;
 use replayssm::spec::MAX_VERIFY_WINDOW;
 use replayssm::tree::{AcceptedPaths, DraftTree};
-use replayssm::{DeferredRing, GateForm};
+use replayssm::{BufferedRing, DeferredRing, GateForm};
 
 pub const FORMAT: &str = "replayssm-case/1";
 
@@ -68,6 +69,10 @@ pub fn escape_untrusted(s: &str) -> Cow<'_, str> {
 /// (folding step s-1's accepted records, then verifying), then commits `accept[s]`; after the
 /// last step every request is flushed. `o [S, N, HV, V]` holds each step's outputs and
 /// `state_out` the flushed checkpoint, both from the f64 reference of V then F per step.
+/// `verify_buffered_steps` is the same file (the same reference) with a cache length L
+/// (metadata `cache_len`, 2 T..=64): step s runs kernel VB on its window, then the buffered
+/// commit of `accept[s]` (a row whose next window would not fit flushes); after the last step
+/// every request is flushed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[value(rename_all = "snake_case")]
 pub enum Op {
@@ -78,6 +83,7 @@ pub enum Op {
     VerifyTree,
     FoldTree,
     VerifyFoldSteps,
+    VerifyBufferedSteps,
 }
 
 impl Op {
@@ -90,6 +96,7 @@ impl Op {
             "verify_tree" => Op::VerifyTree,
             "fold_tree" => Op::FoldTree,
             "verify_fold_steps" => Op::VerifyFoldSteps,
+            "verify_buffered_steps" => Op::VerifyBufferedSteps,
             _ => return None,
         })
     }
@@ -102,7 +109,13 @@ impl Op {
             Op::VerifyTree => "verify_tree",
             Op::FoldTree => "fold_tree",
             Op::VerifyFoldSteps => "verify_fold_steps",
+            Op::VerifyBufferedSteps => "verify_buffered_steps",
         }
+    }
+
+    /// The ops whose file holds S steps (`verify_fold_steps`, `verify_buffered_steps`).
+    pub fn has_steps(self) -> bool {
+        matches!(self, Op::VerifyFoldSteps | Op::VerifyBufferedSteps)
     }
 }
 
@@ -305,6 +318,17 @@ pub struct Steps {
 }
 
 impl Steps {
+    /// Step `s`'s accept lengths, one per request.
+    pub fn accept_of(&self, s: usize, requests: usize) -> replayssm::Result<&[i32]> {
+        self.accept
+            .get(s * requests..(s + 1) * requests)
+            .ok_or_else(|| replayssm::Error::Shape {
+                tensor: "accept",
+                expected: format!("[{}, {requests}]", self.count()),
+                got: format!("[{}]", self.accept.len()),
+            })
+    }
+
     /// S, step 0 included.
     pub fn count(&self) -> usize {
         self.rest.len() + 1
@@ -555,24 +579,32 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Case, CaseError> {
         key: e.name,
         msg: e.to_string(),
     })?;
-    let cache_len = if op == Op::Decode {
-        let l: usize = meta_parse(path, &m, "cache_len")?;
-        if l == 0 || l > replayssm::limits::MAX_CACHE_LEN {
-            return Err(CaseError::Metadata {
-                path: path.to_path_buf(),
-                key: "cache_len",
-                msg: format!("{l} is outside 1..={}", replayssm::limits::MAX_CACHE_LEN),
-            });
+    // The ring's cache length: D's, or VB's (whose 2 T bound the gates check when it runs).
+    let max_len = match op {
+        Op::Decode => Some(replayssm::limits::MAX_CACHE_LEN),
+        Op::VerifyBufferedSteps => Some(replayssm::limits::MAX_BUFFERED_CACHE_LEN),
+        _ => None,
+    };
+    let cache_len = match max_len {
+        Some(max) => {
+            let l: usize = meta_parse(path, &m, "cache_len")?;
+            if l == 0 || l > max {
+                return Err(CaseError::Metadata {
+                    path: path.to_path_buf(),
+                    key: "cache_len",
+                    msg: format!("{l} is outside 1..={max}"),
+                });
+            }
+            Some(l)
         }
-        Some(l)
-    } else {
-        None
+        None => None,
     };
 
     let st = SafeTensors::deserialize(bytes).map_err(not_st)?;
     let r = Reader { path, st };
-    if op == Op::VerifyFoldSteps {
-        return parse_steps(&r, variant, scale, qk_l2norm, gate_form, tolerance);
+    if op.has_steps() {
+        let case = parse_steps(&r, variant, scale, qk_l2norm, gate_form, tolerance)?;
+        return Ok(Case { op, cache_len, ..case });
     }
     let (q, qs) = r.act("q", &[None, None, None], None)?;
     let dtype = q.dtype();
@@ -961,6 +993,27 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
             o = ActBuffer::F32(outs);
             state = s;
         }
+        Op::VerifyBufferedSteps => {
+            let (steps, l) = case
+                .steps
+                .as_ref()
+                .zip(case.cache_len)
+                .ok_or_else(|| CaseError::MissingTensor {
+                    path: case.path.clone(),
+                    name: "accept",
+                })?;
+            // The reference backend has no device memory: it computes what VB must equal, the
+            // outputs from the committed state and the state after every commit (the deferred
+            // fold's reference path), after the gates accept the ring.
+            let (outs, s) = match backend {
+                Backend::Reference => check_buffered_ring(&case.data, l)
+                    .and_then(|()| run_steps(&case.data, steps, backend))
+                    .map_err(run_err)?,
+                _ => run_buffered_steps(&case.data, steps, backend, l).map_err(run_err)?,
+            };
+            o = ActBuffer::F32(outs);
+            state = s;
+        }
     }
     let widen = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
     Ok(CaseReport {
@@ -977,39 +1030,18 @@ pub fn run(case: &Case, backend: Backend) -> Result<CaseReport, CaseError> {
 fn run_steps(data: &RecurrentData, steps: &Steps, backend: Backend) -> replayssm::Result<(Vec<f32>, Vec<f32>)> {
     let d = data.dims;
     let n = data.num_tokens();
-    let requests = data.cu_seqlens.len().saturating_sub(1);
-    let window = data
-        .cu_seqlens
-        .windows(2)
-        .map(|w| (w[1] - w[0]).max(0) as usize)
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let cfg = resolve(&EngineFlags {
-        linear_replayssm_spec_deferred_fold: true,
-        ..EngineFlags::spec_ring(data.variant)
-    })?;
-    let mut pool = CheckpointPool::new(&cfg, d, 1, requests)?;
-    if data.state.len() != pool.state().len() {
-        return Err(replayssm::Error::Shape {
-            tensor: "state_in",
-            expected: format!("[{}] (requests x HV x V x K)", pool.state().len()),
-            got: format!("[{}]", data.state.len()),
-        });
-    }
-    pool.state_mut().copy_from_slice(&data.state);
+    let (mut pool, window, requests) = steps_pool(
+        data,
+        &EngineFlags {
+            linear_replayssm_spec_deferred_fold: true,
+            ..EngineFlags::spec_ring(data.variant)
+        },
+    )?;
     let mut dring = DeferredRing::for_pool(&pool, window, data.dtype, data.qk_l2norm)?;
     let row = d.hv * d.v;
     let mut outs = Vec::with_capacity(steps.count() * n * row);
     for (s, w) in std::iter::once(data).chain(&steps.rest).enumerate() {
-        let accept = steps
-            .accept
-            .get(s * requests..(s + 1) * requests)
-            .ok_or_else(|| replayssm::Error::Shape {
-                tensor: "accept",
-                expected: format!("[{}, {requests}]", steps.count()),
-                got: format!("[{}]", steps.accept.len()),
-            })?;
+        let accept = steps.accept_of(s, requests)?;
         let mut o = ActBuffer::nan(data.dtype, n * row);
         verify_fold(
             backend,
@@ -1025,6 +1057,93 @@ fn run_steps(data: &RecurrentData, steps: &Steps, backend: Backend) -> replayssm
     }
     crate::staged::defer_flush(backend, &mut pool, &mut dring, &data.slots)?;
     Ok((outs, pool.state().to_vec()))
+}
+
+/// The one-layer pool of a steps case (one slot per request, `state_in` in it) resolved from
+/// `flags`, the case's draft window T (its longest request) and its request count.
+fn steps_pool(data: &RecurrentData, flags: &EngineFlags) -> replayssm::Result<(CheckpointPool, usize, usize)> {
+    let requests = data.cu_seqlens.len().saturating_sub(1);
+    let window = data
+        .cu_seqlens
+        .windows(2)
+        .map(|w| (w[1] - w[0]).max(0) as usize)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut pool = CheckpointPool::new(&resolve(flags)?, data.dims, 1, requests)?;
+    if data.state.len() != pool.state().len() {
+        return Err(replayssm::Error::Shape {
+            tensor: "state_in",
+            expected: format!("[{}] (requests x HV x V x K)", pool.state().len()),
+            got: format!("[{}]", data.state.len()),
+        });
+    }
+    pool.state_mut().copy_from_slice(&data.state);
+    Ok((pool, window, requests))
+}
+
+/// The gates' resolution of the buffered speculative mode at cache length `cache_len` for the
+/// case's longest window (L in 2 T..=64), and the error they name.
+fn check_buffered_ring(data: &RecurrentData, cache_len: usize) -> replayssm::Result<()> {
+    let t = data
+        .cu_seqlens
+        .windows(2)
+        .map(|w| (w[1] - w[0]).max(0))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    match replayssm::limits::buffered_cache_len_outside(cache_len as i64, i64::from(t)) {
+        Some(why) => Err(replayssm::Error::InvalidValue { what: "cache_len", why }),
+        None => Ok(()),
+    }
+}
+
+/// The buffered speculative verify over a case's steps on device memory and the backend's
+/// stream: per step VB then the buffered commit of its accept lengths (flushing the rows whose
+/// next window would not fit), then a flush of every request. Returns every step's outputs
+/// (widened to f32) and the checkpoints.
+fn run_buffered_steps(
+    data: &RecurrentData,
+    steps: &Steps,
+    backend: Backend,
+    cache_len: usize,
+) -> replayssm::Result<(Vec<f32>, Vec<f32>)> {
+    let d = data.dims;
+    let n = data.num_tokens();
+    // The gates refuse what VB cannot serve (L < 2 T, L past the ring's capacity).
+    let (host, window, requests) = steps_pool(
+        data,
+        &EngineFlags {
+            linear_replayssm_spec_buffered: true,
+            linear_replayssm_cache_len: Some(cache_len as i64),
+            ..EngineFlags::spec_ring(data.variant)
+        },
+    )?;
+    let stream = Stream::new(backend)?;
+    let mut pool = host.to_device(&stream)?;
+    let mut bring = BufferedRing::for_pool(&pool, window, data.dtype, data.qk_l2norm)?;
+    let slots = DeviceVec::from_host(&stream, &data.slots)?;
+    let mut flush_lens = DeviceVec::<i32>::zeros(backend, requests)?;
+    let row = d.hv * d.v;
+    let mut outs = Vec::with_capacity(steps.count() * n * row);
+    for (s, w) in std::iter::once(data).chain(&steps.rest).enumerate() {
+        let accept = steps.accept_of(s, requests)?;
+        let tokens = DeviceTokens::upload(&stream, &w.inputs())?;
+        let mut o = DeviceAct::from_host(&stream, &ActBuffer::nan(data.dtype, n * row))?;
+        stream.verify_buffered(&tokens.inputs(), &pool, 0, &mut o.view_mut(0, n, row, row), &mut bring)?;
+        outs.extend(o.to_host(&stream)?.to_f32());
+        let accept = DeviceVec::from_host(&stream, accept)?;
+        stream.buffered_commit(
+            &mut pool,
+            &mut bring,
+            slots.as_slice(),
+            accept.as_slice(),
+            flush_lens.as_mut_slice(),
+        )?;
+    }
+    stream.buffered_flush(&mut pool, &mut bring, slots.as_slice(), flush_lens.as_mut_slice())?;
+    stream.check_errors()?;
+    Ok((outs, pool.to_host(&stream)?.state().to_vec()))
 }
 
 /// What a written case asks for: its op with the op's extra inputs.
@@ -1054,6 +1173,12 @@ pub enum CaseKind<'a> {
         rest: &'a [RecurrentData],
         accept: &'a [i32],
     },
+    /// The buffered speculative verify over the same steps, cache length `cache_len` (2 T..=64).
+    VerifyBufferedSteps {
+        rest: &'a [RecurrentData],
+        accept: &'a [i32],
+        cache_len: usize,
+    },
 }
 
 impl CaseKind<'_> {
@@ -1066,6 +1191,7 @@ impl CaseKind<'_> {
             CaseKind::VerifyTree { .. } => Op::VerifyTree,
             CaseKind::FoldTree { .. } => Op::FoldTree,
             CaseKind::VerifyFoldSteps { .. } => Op::VerifyFoldSteps,
+            CaseKind::VerifyBufferedSteps { .. } => Op::VerifyBufferedSteps,
         }
     }
 }
@@ -1080,8 +1206,16 @@ impl CaseKind<'_> {
 pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, tolerance: Tolerance) -> std::io::Result<()> {
     let op = kind.op();
     let invalid = |why: String| std::io::Error::other(format!("cannot write op {}: {why}", op.name()));
-    if let CaseKind::VerifyFoldSteps { rest, accept } = kind {
-        return write_steps(path, data, rest, accept, tolerance).map_err(invalid);
+    match kind {
+        CaseKind::VerifyFoldSteps { rest, accept } => {
+            return write_steps(path, op, None, data, rest, accept, tolerance).map_err(invalid)
+        }
+        CaseKind::VerifyBufferedSteps {
+            rest,
+            accept,
+            cache_len,
+        } => return write_steps(path, op, Some(cache_len), data, rest, accept, tolerance).map_err(invalid),
+        _ => {}
     }
     let requests = data.cu_seqlens.len() - 1;
     match kind {
@@ -1169,7 +1303,9 @@ pub fn write_case(path: &Path, kind: CaseKind<'_>, data: &RecurrentData, toleran
                 .collect();
             (res.o.iter().map(|&x| x as f32).collect(), state)
         }
-        CaseKind::VerifyFoldSteps { .. } => unreachable!("written by write_steps above"),
+        CaseKind::VerifyFoldSteps { .. } | CaseKind::VerifyBufferedSteps { .. } => {
+            unreachable!("written by write_steps above")
+        }
         CaseKind::Recurrent | CaseKind::Decode { .. } => (
             res.o.iter().map(|&x| x as f32).collect(),
             res.final_state
@@ -1327,10 +1463,13 @@ fn concat(bufs: impl Iterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
     out
 }
 
-/// [`write_case`] of `verify_fold_steps`: checks that the steps fit together (the reader's rules),
-/// then writes the f64 reference of V then F per step. Errors say why, without the op.
+/// [`write_case`] of `verify_fold_steps` and `verify_buffered_steps` (`op`, with its cache length):
+/// checks that the steps fit together (the reader's rules), then writes the f64 reference of V
+/// then F per step. Errors say why, without the op.
 fn write_steps(
     path: &Path,
+    op: Op,
+    cache_len: Option<usize>,
     data: &RecurrentData,
     rest: &[RecurrentData],
     accept: &[i32],
@@ -1519,7 +1658,7 @@ fn write_steps(
             tensors.push(("beta".into(), Dtype::F32, vec![steps, n, d.hv], beta));
         }
     }
-    save(path, Op::VerifyFoldSteps, data, tolerance, tensors, None).map_err(|e| e.to_string())
+    save(path, op, data, tolerance, tensors, cache_len).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

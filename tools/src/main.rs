@@ -71,10 +71,12 @@ enum Command {
         #[arg(long, default_value_t = 200, value_parser = ranges::DEMO_STEPS)]
         steps: usize,
         /// spec: ReplaySSM verify + fold vs the recurrent verify; decode: buffered decode (kernel
-        /// D) vs the recurrent decode.
+        /// D) vs the recurrent decode; buffered: the buffered speculative verify (kernel VB) vs
+        /// the recurrent verify.
         #[arg(long, value_enum, default_value_t = DemoMode::Spec)]
         mode: DemoMode,
-        /// --mode decode: the cache length L, 1..=65536.
+        /// --mode decode: the cache length L, 1..=65536; --mode buffered: 2 T..=64 (T = 4), else
+        /// the gates refuse it with their rule.
         #[arg(long, default_value_t = 16, value_parser = ranges::CACHE_LEN)]
         cache_len: usize,
     },
@@ -113,8 +115,9 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         flags: Vec<String>,
     },
-    /// Write a case file (recurrent, verify, fold, decode, verify_tree, fold_tree or
-    /// verify_fold_steps) whose expected tensors come from the f64 reference.
+    /// Write a case file (recurrent, verify, fold, decode, verify_tree, fold_tree,
+    /// verify_fold_steps or verify_buffered_steps) whose expected tensors come from the f64
+    /// reference.
     MakeCase(MakeCaseArgs),
 }
 
@@ -125,6 +128,8 @@ enum DemoMode {
     Spec,
     /// Buffered decode (kernel D) vs the recurrent decode.
     Decode,
+    /// The buffered speculative verify (kernel VB, commits and flushes) vs the recurrent verify.
+    Buffered,
 }
 
 /// Arguments of `make-case`; every one is checked (value and limit in the message) before
@@ -133,15 +138,16 @@ enum DemoMode {
 struct MakeCaseArgs {
     #[arg(long)]
     out: PathBuf,
-    /// recurrent, verify, fold, decode, verify_tree, fold_tree or verify_fold_steps.
+    /// recurrent, verify, fold, decode, verify_tree, fold_tree, verify_fold_steps or
+    /// verify_buffered_steps.
     #[arg(long, value_enum, default_value_t = case::Op::Recurrent)]
     op: case::Op,
-    /// fold: tokens committed per request; verify_fold_steps: per step and request, step 0's
+    /// fold: tokens committed per request; the steps ops: per step and request, step 0's
     /// requests first (S x R values). Each 0..=16 and at most its request's tokens. Default:
     /// random in 0..=window.
     #[arg(long, value_delimiter = ',', value_parser = ranges::ACCEPT)]
     accept: Vec<i32>,
-    /// verify_fold_steps only: steps S, 1..=64 (default 3).
+    /// verify_fold_steps and verify_buffered_steps only: steps S, 1..=64 (default 3).
     #[arg(long, value_parser = ranges::CASE_STEPS)]
     steps: Option<usize>,
     /// verify_tree, fold_tree: draft tree shape (chain, star, binary, topk<K>, random).
@@ -152,7 +158,8 @@ struct MakeCaseArgs {
     /// random node or none).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = ranges::ACCEPT_NODE)]
     accept_node: Vec<i32>,
-    /// decode only: the buffered-decode cache length L, 1..=65536.
+    /// decode: the buffered-decode cache length L, 1..=65536; verify_buffered_steps: the buffered
+    /// speculative ring's, 2 T..=64 (T the longest --seqlens).
     #[arg(long, default_value_t = 4, value_parser = ranges::CACHE_LEN)]
     cache_len: usize,
     #[arg(long, default_value = "gdn")]
@@ -516,18 +523,24 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
             "--seqlens has {requests} requests, expected 1..={MAX_MAKE_CASE_REQUESTS}"
         ));
     }
-    // 1 for every op but verify_fold_steps: their tokens are one window.
-    let steps = match (op, a.steps) {
-        (case::Op::VerifyFoldSteps, None) => DEFAULT_MAKE_CASE_STEPS,
-        (case::Op::VerifyFoldSteps, Some(s)) if !(1..=case::MAX_CASE_STEPS).contains(&s) => {
+    // 1 for every op but the steps ops: their tokens are one window.
+    let steps = match (op.has_steps(), a.steps) {
+        (true, None) => DEFAULT_MAKE_CASE_STEPS,
+        (true, Some(s)) if !(1..=case::MAX_CASE_STEPS).contains(&s) => {
             return Err(format!(
-                "--steps {s} is outside 1..={} (the steps of one verify_fold_steps case)",
-                case::MAX_CASE_STEPS
+                "--steps {s} is outside 1..={} (the steps of one {} case)",
+                case::MAX_CASE_STEPS,
+                op.name()
             ))
         }
-        (case::Op::VerifyFoldSteps, Some(s)) => s,
-        (_, Some(_)) => return Err(format!("--steps is for op verify_fold_steps, not {}", op.name())),
-        (_, None) => 1,
+        (true, Some(s)) => s,
+        (false, Some(_)) => {
+            return Err(format!(
+                "--steps is for ops verify_fold_steps and verify_buffered_steps, not {}",
+                op.name()
+            ))
+        }
+        (false, None) => 1,
     };
     // Saturating: a sum past usize is over the limit as well.
     let tokens = a.seqlens.iter().fold(0usize, |t, &l| t.saturating_add(l));
@@ -539,16 +552,17 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
             format!("--seqlens adds up to {tokens} tokens per step, {all_tokens} over --steps {steps}, over the limit of {MAX_MAKE_CASE_TOKENS}")
         });
     }
-    if op == case::Op::VerifyFoldSteps {
+    if op.has_steps() {
         if let Some(r) = a.seqlens.iter().position(|&l| l == 0) {
             return Err(format!(
-                "--seqlens: request {r} has 0 tokens; op verify_fold_steps verifies at least 1 per request and step"
+                "--seqlens: request {r} has 0 tokens; op {} verifies at least 1 per request and step",
+                op.name()
             ));
         }
     }
     // The kernels the case runs through bound each request's tokens.
     let per_request = match op {
-        case::Op::Verify | case::Op::Fold | case::Op::VerifyFoldSteps => {
+        case::Op::Verify | case::Op::Fold | case::Op::VerifyFoldSteps | case::Op::VerifyBufferedSteps => {
             Some((replayssm::spec::MAX_VERIFY_WINDOW, "the verify window"))
         }
         case::Op::VerifyTree | case::Op::FoldTree => {
@@ -578,6 +592,13 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
             replayssm::limits::MAX_CACHE_LEN
         ));
     }
+    if op == case::Op::VerifyBufferedSteps {
+        // The gates' rule for the buffered ring (2 T..=64), in their words.
+        let t = a.seqlens.iter().copied().max().unwrap_or(1);
+        if let Some(e) = replayssm::limits::buffered_cache_len_outside(a.cache_len as i64, t as i64) {
+            return Err(format!("--cache-len: {e}"));
+        }
+    }
     let accept: Vec<i32> = if a.accept.is_empty() {
         a.seqlens
             .iter()
@@ -599,7 +620,7 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
             }
         }
         a.accept.clone()
-    } else if op == case::Op::VerifyFoldSteps {
+    } else if op.has_steps() {
         if a.accept.len() != steps * requests {
             return Err(format!(
                 "--accept has {} values for --steps {steps} x {requests} requests (--seqlens): give step 0's requests first",
@@ -688,7 +709,7 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
     };
     // verify_fold_steps: the windows of steps 1.. (fresh tokens, step 0's gate parameters) and
     // the accept lengths of every step.
-    let (rest, step_accept) = if op == case::Op::VerifyFoldSteps {
+    let (rest, step_accept) = if op.has_steps() {
         let rest: Vec<RecurrentData> = (1..steps as u64)
             .map(|s| {
                 let mut w = RecurrentData::random(&spec, a.seed ^ s.wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -727,6 +748,11 @@ fn make_case(a: &MakeCaseArgs) -> Result<(), String> {
         (case::Op::VerifyFoldSteps, ..) => CaseKind::VerifyFoldSteps {
             rest: &rest,
             accept: &step_accept,
+        },
+        (case::Op::VerifyBufferedSteps, ..) => CaseKind::VerifyBufferedSteps {
+            rest: &rest,
+            accept: &step_accept,
+            cache_len: a.cache_len,
         },
         (case::Op::VerifyTree | case::Op::FoldTree, ..) => unreachable!("tree ops build their tree above"),
     };
@@ -817,10 +843,10 @@ fn demo(backend: Backend, seed: u64, steps: usize, mode: DemoMode, cache_len: us
             outln!("(no GPU: {why})")?;
         }
     }
-    let result = if mode == DemoMode::Decode {
-        replayssm_tools::demo::run_decode(backend, seed, steps, cache_len)
-    } else {
-        replayssm_tools::demo::run(backend, seed, steps)
+    let result = match mode {
+        DemoMode::Decode => replayssm_tools::demo::run_decode(backend, seed, steps, cache_len),
+        DemoMode::Buffered => replayssm_tools::demo::run_buffered(backend, seed, steps, cache_len),
+        DemoMode::Spec => replayssm_tools::demo::run(backend, seed, steps),
     };
     match result {
         Ok(true) => Ok(ExitCode::SUCCESS),

@@ -21,7 +21,7 @@ fn every_kernel_runs_through_the_harness_on_the_emulator() {
     let rep = run(&o, &mut |done, total, r| {
         seen += 1;
         assert_eq!(done, seen);
-        assert_eq!(total, 2 * 2 * (2 + 7 * 2));
+        assert_eq!(total, 2 * 2 * (2 + 9 * 2));
         assert_eq!(r.outcome, Outcome::Ran, "{:?}", r.case);
     })
     .unwrap();
@@ -126,5 +126,8 @@ fn the_harness_times_every_kernel_on_the_gpu() {
     assert!(rows
         .iter()
         .any(|r| r.kernel == "D-cycle" && r.ratio_vs_baseline.is_some()));
+    assert!(rows
+        .iter()
+        .any(|r| r.kernel == "VB-L16 step" && r.ratio_vs_baseline.is_some()));
     println!("{}", rep.table());
 }

@@ -154,7 +154,7 @@ fn edge_i32(rng: &mut ChaCha8Rng) -> i32 {
     )
 }
 
-const OPS: [&str; 8] = [
+const OPS: [&str; 9] = [
     "recurrent",
     "verify",
     "fold",
@@ -162,6 +162,7 @@ const OPS: [&str; 8] = [
     "verify_tree",
     "fold_tree",
     "verify_fold_steps",
+    "verify_buffered_steps",
     "nope",
 ];
 const DTYPES: [&str; 12] = [
@@ -532,7 +533,7 @@ fn inconsistency(file: &[u8], case: &Case) -> Option<String> {
     let shape_of = |name: &str| shapes.get(name).map(|(_, s)| s.clone());
     // verify_fold_steps: the token tensors and `o` carry a leading step extent S; every step's
     // window is checked like step 0's (`case.data`).
-    let multi = case.op == Op::VerifyFoldSteps;
+    let multi = case.op.has_steps();
     let steps = case.steps.as_ref().map_or(1, |s| s.count());
     let lead = |s: Vec<usize>| if multi { [vec![steps], s].concat() } else { s };
     let want_flat = |name: &str, s: Vec<usize>| shape_of(name) == Some(s.iter().map(|&x| x as u64).collect());
@@ -594,10 +595,15 @@ fn inconsistency(file: &[u8], case: &Case) -> Option<String> {
         ("dims", d.validate().is_ok()),
         (
             "cache_len",
-            (case.op == Op::Decode)
-                == case
+            match case.op {
+                Op::Decode => case
                     .cache_len
                     .is_some_and(|l| (1..=replayssm::limits::MAX_CACHE_LEN).contains(&l)),
+                Op::VerifyBufferedSteps => case
+                    .cache_len
+                    .is_some_and(|l| (1..=replayssm::limits::MAX_BUFFERED_CACHE_LEN).contains(&l)),
+                _ => case.cache_len.is_none(),
+            },
         ),
         (
             "accept",
@@ -610,10 +616,12 @@ fn inconsistency(file: &[u8], case: &Case) -> Option<String> {
         ),
         (
             "window",
-            !matches!(case.op, Op::Verify | Op::Fold | Op::VerifyFoldSteps)
-                || cu
-                    .windows(2)
-                    .all(|w| (w[1] - w[0]) as usize <= replayssm::spec::MAX_VERIFY_WINDOW),
+            !matches!(
+                case.op,
+                Op::Verify | Op::Fold | Op::VerifyFoldSteps | Op::VerifyBufferedSteps
+            ) || cu
+                .windows(2)
+                .all(|w| (w[1] - w[0]) as usize <= replayssm::spec::MAX_VERIFY_WINDOW),
         ),
     ];
     checks

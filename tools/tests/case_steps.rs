@@ -1,7 +1,8 @@
-//! Case op `verify_fold_steps` (the deferred fold over several steps): the shipped cases and
-//! freshly written ones pass on the host backends and fail when their expectations or accept
-//! lengths are changed; hostile files are refused with the tensor, value and limit named; the
-//! `make-case` arguments of the op are checked by name.
+//! Case ops `verify_fold_steps` (the deferred fold over several steps) and
+//! `verify_buffered_steps` (the buffered speculative verify over the same steps): the shipped
+//! cases and freshly written ones pass on the host backends and fail when their expectations or
+//! accept lengths are changed; hostile files are refused with the tensor, value and limit named;
+//! the `make-case` arguments of the ops are checked by name.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,17 +24,13 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-fn shipped() -> Vec<PathBuf> {
+/// The shipped cases whose file name starts with `prefix`.
+fn shipped(prefix: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cases");
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("verify_fold_steps_")
-        })
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
         .collect();
     v.sort();
     v
@@ -41,7 +38,7 @@ fn shipped() -> Vec<PathBuf> {
 
 #[test]
 fn shipped_step_cases_commit_nothing_and_whole_windows_and_pass_on_the_host_backends() {
-    let files = shipped();
+    let files = shipped("verify_fold_steps_");
     assert_eq!(files.len(), 2, "{files:?}");
     let mut variants = vec![];
     for f in &files {
@@ -220,7 +217,7 @@ fn written_cases_pass_and_fail_when_their_expectations_or_accept_lengths_change(
 
 #[test]
 fn hostile_step_files_are_refused_naming_the_tensor_value_and_limit() {
-    let good = std::fs::read(&shipped()[0]).unwrap();
+    let good = std::fs::read(&shipped("verify_fold_steps_")[0]).unwrap();
     let (t0, m0) = open(&good);
     let steps = tensor(&mut t0.clone(), "q").2[0];
     let requests = tensor(&mut t0.clone(), "cu_seqlens").2[0] - 1;
@@ -419,7 +416,112 @@ fn make_case_writes_step_cases_and_checks_its_step_arguments_by_name() {
         .unwrap();
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && e.contains("--steps is for op verify_fold_steps, not fold"),
+        !out.status.success() && e.contains("--steps is for ops verify_fold_steps and verify_buffered_steps, not fold"),
+        "{e}"
+    );
+}
+
+#[test]
+fn shipped_buffered_cases_flush_and_pass_on_the_host_backends_and_fail_when_changed() {
+    let files = shipped("verify_buffered_steps_");
+    assert_eq!(files.len(), 2, "{files:?}");
+    let mut variants = vec![];
+    for f in &files {
+        let c = case::load(f).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.op, Op::VerifyBufferedSteps);
+        let l = c.cache_len.unwrap();
+        variants.push(c.data.variant);
+        let steps = c.steps.as_ref().unwrap();
+        // Some row's history passes L - T: a flush during the steps, not only the final one.
+        let lens: Vec<i32> = c.data.cu_seqlens.windows(2).map(|w| w[1] - w[0]).collect();
+        let (r, t) = (lens.len(), *lens.iter().max().unwrap() as usize);
+        let mut flushed = false;
+        for row in 0..r {
+            let mut h = 0usize;
+            for s in 0..steps.count() {
+                h += steps.accept[s * r + row] as usize;
+                if h > l - t {
+                    flushed = true;
+                    h = 0;
+                }
+            }
+        }
+        assert!(flushed, "{}: no flush before the end", f.display());
+        for backend in [Backend::Emulated, Backend::Reference] {
+            let rep = case::run(&c, backend).unwrap();
+            assert!(
+                rep.passed(),
+                "{backend} {}: {} / {:?}",
+                f.display(),
+                rep.o,
+                rep.state_out
+            );
+        }
+        // Another accept length in the first step: the final checkpoint tells.
+        let good = std::fs::read(f).unwrap();
+        let (mut tt, m) = open(&good);
+        let acc = tensor(&mut tt, "accept");
+        let mut a = i32s(&acc.3);
+        a[0] = if a[0] == 0 { 1 } else { 0 };
+        acc.3 = a.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let changed = case::parse(f, &save(&tt, &m)).unwrap();
+        let rep = case::run(&changed, Backend::Emulated).unwrap();
+        assert!(!rep.passed(), "{}: a changed accept length passed", f.display());
+    }
+    variants.sort_by_key(|v| v.name());
+    assert_eq!(variants, [Variant::Gdn, Variant::Kda]);
+}
+
+#[test]
+fn a_buffered_case_outside_its_cache_rule_is_refused_by_name() {
+    let tol = Tolerance::new(1e-4, 8e-3).unwrap();
+    let all = windows(Variant::Gdn, DType::BF16, true, &[4, 2], 3);
+    let accept = [4, 2, 3, 0, 1, 2];
+    let p = tmp("buffered_l7.safetensors");
+    // L = 7 < 2 T = 8: the file is written (the format allows 1..=64), the run names the rule.
+    case::write_case(
+        &p,
+        CaseKind::VerifyBufferedSteps {
+            rest: &all[1..],
+            accept: &accept,
+            cache_len: 7,
+        },
+        &all[0],
+        tol,
+    )
+    .unwrap();
+    let c = case::load(&p).unwrap();
+    for backend in [Backend::Emulated, Backend::Reference] {
+        let e = case::run(&c, backend).unwrap_err().to_string();
+        assert!(e.contains("cache_len = 7 is below 2 T = 8"), "{backend}: {e}");
+    }
+    // Past the format's limit: refused when the file is read.
+    let bytes = std::fs::read(&p).unwrap();
+    let (t, mut m) = open(&bytes);
+    m.insert("cache_len".into(), "65".into());
+    let e = parse_err(&save(&t, &m));
+    assert!(e.contains("cache_len") && e.contains("65 is outside 1..=64"), "{e}");
+    let out = bin()
+        .args([
+            "make-case",
+            "--op",
+            "verify_buffered_steps",
+            "--cache-len",
+            "6",
+            "--seqlens",
+            "4,2",
+            "--atol",
+            "1e-4",
+            "--rtol",
+            "8e-3",
+            "--out",
+        ])
+        .arg(tmp("never_buffered.safetensors"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("--cache-len: cache_len = 6 is below 2 T = 8"),
         "{e}"
     );
 }

@@ -333,6 +333,43 @@ fn demo_decode_mode_reports_bit_identical_buffered_decode() {
 }
 
 #[test]
+fn demo_buffered_mode_reports_bit_identical_flushed_checkpoints() {
+    let out = bin()
+        .args(["demo", "--mode", "buffered", "--steps", "12", "--cache-len", "8"])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{s}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(s.contains("cache length L=8"), "{s}");
+    assert!(s.contains("VB outputs vs f64 from the baseline's checkpoints"), "{s}");
+    // L = 2 T: a history holds at most T records, so a row flushes once its accepted records
+    // pass T; the run must see some.
+    let flushes: usize = s
+        .split("each of the ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no flush count: {s}"));
+    assert!(flushes > 0, "{s}");
+    assert!(s.contains("flushes during the run"), "{s}");
+    assert!(s.contains("BIT-IDENTICAL: PASS"), "{s}");
+    assert!(!s.contains("DIFFERENT"), "{s}");
+    assert!(s.contains("result: backend="), "{s}");
+    assert!(s.contains("PASS"), "{s}");
+}
+
+#[test]
+fn demo_buffered_mode_refuses_a_cache_shorter_than_two_windows() {
+    let out = bin()
+        .args(["demo", "--mode", "buffered", "--steps", "2", "--cache-len", "7"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains('7'), "{err}");
+}
+
+#[test]
 fn floor_prints_the_whole_grid_and_the_hand_worked_verify_floor() {
     let out = bin().args(["floor", "--json", "--bandwidth", "4.0"]).output().unwrap();
     assert!(out.status.success());
@@ -388,8 +425,8 @@ fn bench_on_the_emulator_runs_every_case_untimed_and_writes_json_and_plot() {
     assert!(stderr.contains("timing skipped"), "the skip must say why: {stderr}");
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let cases = j["cases"].as_array().unwrap();
-    // Per batch: R-decode and copy once, seven windowed kernels at each of two windows.
-    assert_eq!(cases.len(), 2 * (2 + 7 * 2));
+    // Per batch: R-decode and copy once, nine windowed kernels at each of two windows.
+    assert_eq!(cases.len(), 2 * (2 + 9 * 2));
     for c in cases {
         assert_eq!(c["status"], "ran", "{c}");
         assert!(c["median_us"].is_null() && c["percent_of_floor"].is_null(), "{c}");

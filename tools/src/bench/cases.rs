@@ -10,8 +10,8 @@ use replayssm::backend::Backend;
 use replayssm::capi::{self, replayssm_status};
 use replayssm::dtype::DType;
 
-/// What is timed. `R-*` and `copy` are the recurrent baseline's kernels; `V`, `VF`, `F`, `P`,
-/// `D-*`, and the tree forms `VT` and `FT`, ReplaySSM's.
+/// What is timed. `R-*` and `copy` are the recurrent baseline's kernels; `V`, `VF`, `VB-L*`,
+/// `F`, `P`, `D-*`, and the tree forms `VT` and `FT`, ReplaySSM's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kernel {
     /// Kernel R, one decode token per request, writing the state.
@@ -23,6 +23,12 @@ pub enum Kernel {
     /// Kernel VF, the deferred fold: the previous step's T accepted records replayed into the
     /// checkpoint, stored, then the verify of T new tokens with the ring write; one layer.
     VF,
+    /// Kernel VB, the buffered speculative verify at cache length L = 16: the checkpoint, the
+    /// row's accepted history (cursors spread over a flush cycle, [`buffered_cursor`]) and T new
+    /// tokens with the ring write; one layer.
+    VbL16,
+    /// Kernel VB at cache length L = 32.
+    VbL32,
     /// Kernel F, fold-every-commit of T accepted tokens over all layers.
     F,
     /// Kernel P, checkpoint replay of T records, one layer.
@@ -43,11 +49,13 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    pub const ALL: [Kernel; 9] = [
+    pub const ALL: [Kernel; 11] = [
         Kernel::RDecode,
         Kernel::RWindow,
         Kernel::V,
         Kernel::VF,
+        Kernel::VbL16,
+        Kernel::VbL32,
         Kernel::F,
         Kernel::P,
         Kernel::DNonflush,
@@ -71,6 +79,8 @@ impl Kernel {
             Kernel::RWindow => "R-window",
             Kernel::V => "V",
             Kernel::VF => "VF",
+            Kernel::VbL16 => "VB-L16",
+            Kernel::VbL32 => "VB-L32",
             Kernel::F => "F",
             Kernel::P => "P",
             Kernel::DNonflush => "D-nonflush",
@@ -78,6 +88,15 @@ impl Kernel {
             Kernel::VT => "VT",
             Kernel::FT => "FT",
             Kernel::Copy => "copy",
+        }
+    }
+
+    /// VB's cache length L; `None` for the other kernels.
+    pub fn cache_len(self) -> Option<usize> {
+        match self {
+            Kernel::VbL16 => Some(16),
+            Kernel::VbL32 => Some(32),
+            _ => None,
         }
     }
 
@@ -125,6 +144,7 @@ pub(crate) fn plan(case: &Case, backend: Backend) -> (Plan, Buf, LaunchBuilder) 
         Kernel::RWindow => recurrent(&mut p, case, backend, ew, true),
         Kernel::V => verify(&mut p, case, backend, ew),
         Kernel::VF => verify_fold(&mut p, case, backend, ew),
+        Kernel::VbL16 | Kernel::VbL32 => verify_buffered(&mut p, case, backend, ew),
         Kernel::F => fold(&mut p, case, backend, ew),
         Kernel::P => replay(&mut p, case, backend, ew),
         Kernel::DNonflush => decode(&mut p, case, backend, ew, false),
@@ -365,6 +385,50 @@ fn verify_fold(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuild
         // SAFETY: as in `recurrent`.
         status("verify_fold", unsafe { capi::replayssm_verify_fold(be, &prm, stream) })
     })
+}
+
+/// VB at its floor's case: every row live, row r's history at [`buffered_cursor`] (the floor's
+/// flush cycle, every draft accepted), the new window written after it. VB only reads the
+/// cursors, so every timed launch does the same work.
+fn verify_buffered(p: &mut Plan, c: &Case, backend: Backend, ew: Buf) -> LaunchBuilder {
+    let (b, t) = (c.batch, c.t);
+    let l = c.kernel.cache_len().unwrap_or(2 * t);
+    let d = c.shape.dims;
+    let tok = tokens(p, c, b * t);
+    let st = state(p, c, 1, b);
+    let ring = spec_ring(p, c, 1, b, l);
+    let ring_u = p.per_set("ring_u", Elem::F32, b * d.hv * l * d.v, UNIT);
+    let cu = p.ints("cu_seqlens", (0..=b).map(|r| (r * t) as i32).collect());
+    let slots = p.ints("slots", seq(b));
+    let cursors = p.ints("cursors", (0..b).map(|r| buffered_cursor(r, t, l) as i32).collect());
+    let c = *c;
+    let be = backend_code(backend);
+    Box::new(move |m, set, stream| {
+        let mut prm = capi::replayssm_verify_buffered_params {
+            verify: capi::replayssm_verify_params::default(),
+            ..Default::default()
+        };
+        set_verify!(&mut prm.verify, m, set, &c, tok, st, ring, cu, slots, ew);
+        prm.verify.ring.window = l as i32;
+        prm.cursors = m.ptr(cursors, 0);
+        prm.ring_u = m.ptr(ring_u, set);
+        // SAFETY: as in `recurrent`.
+        status("verify_buffered", unsafe {
+            capi::replayssm_verify_buffered(be, &prm, stream)
+        })
+    })
+}
+
+/// The history of row `r` of a VB case: a flush cycle at cache length `l` with every one of `t`
+/// drafts accepted has `c = (l - t) / t + 1` steps, at histories 0, t, .., (c - 1) t; rows take
+/// them in turn, so a batch's mean is the floor's `t (c - 1) / 2`.
+pub fn buffered_cursor(r: usize, t: usize, l: usize) -> usize {
+    (r % buffered_cycle(t, l)) * t
+}
+
+/// The step's flush cycle at cache length `l` (steps per flush, every one of `t` drafts accepted).
+pub fn buffered_cycle(t: usize, l: usize) -> usize {
+    l.saturating_sub(t) / t.max(1) + 1
 }
 
 /// The draft tree of the tree cases: per request a binary tree of `t` nodes in window positions

@@ -540,8 +540,8 @@ mod tests {
             ..BenchOptions::default()
         };
         let c = o.cases();
-        // Per (shape, batch): R-decode and copy once, seven windowed kernels per window.
-        assert_eq!(c.len(), 2 * 2 * (2 + 7 * 3));
+        // Per (shape, batch): R-decode and copy once, nine windowed kernels per window.
+        assert_eq!(c.len(), 2 * 2 * (2 + 9 * 3));
         assert!(c.iter().filter(|c| !c.kernel.uses_window()).all(|c| c.t == 1));
         assert!(o.validate().is_ok());
         let bad = BenchOptions {

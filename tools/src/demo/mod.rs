@@ -1,7 +1,11 @@
 //! The main job (`replayssm demo`): kernel R against the f64 reference, then a simulated
 //! speculative-decoding run, ReplaySSM (V then F) and its deferred fold (VF, the pending records
 //! folded by the next step's VF) side by side with the recurrent baseline that writes one state
-//! snapshot per draft token, on the same backend.
+//! snapshot per draft token, on the same backend; `--mode decode` (kernel D) and `--mode buffered`
+//! (kernel VB, [`buffered`]) against their baselines.
+
+mod buffered;
+pub use buffered::run_buffered;
 
 use std::time::{Duration, Instant};
 
@@ -51,6 +55,56 @@ fn verdict(ok: bool) -> &'static str {
     } else {
         "FAIL"
     }
+}
+
+/// The windows of the speculative demos: GDN, raw softplus gate, L2-normalised q and k, `batch`
+/// live requests of `t` tokens each, 2 spare slots.
+fn step_spec(dims: HeadDims, dtype: DType, t: usize, batch: usize) -> WorkloadSpec {
+    WorkloadSpec {
+        variant: Variant::Gdn,
+        dims,
+        dtype,
+        seqlens: vec![t; batch],
+        null_requests: vec![],
+        spare_slots: 2,
+        raw_gate: true,
+        gate_form: replayssm::GateForm::Softplus,
+        qk_l2norm: true,
+    }
+}
+
+/// The recurrent baseline's step on one layer (`layer_pool`, `[NS, HV, V, K]`): kernel R over
+/// the window `w` writing T snapshots, then the commit copying each row's accepted snapshot
+/// (`accept[b]` of `t`, 0: none) onto its slot's checkpoint. Returns R's outputs.
+fn baseline_step(
+    backend: Backend,
+    w: &RecurrentData,
+    layer_pool: &mut [f32],
+    accept: &[i32],
+    t: usize,
+) -> Result<ActBuffer> {
+    let (n, d) = (w.num_tokens(), w.dims);
+    let per_slot = d.state_elems();
+    let mut o = ActBuffer::nan(w.dtype, n * d.hv * d.v);
+    let mut snaps = vec![f32::NAN; w.slots.len() * t * per_slot];
+    recurrent(
+        backend,
+        &w.inputs(),
+        &mut RecurrentOutputs {
+            o: o.dense_mut(n, d.hv * d.v),
+            state: layer_pool,
+            write_state: false,
+            snapshots: Some(&mut snaps),
+        },
+    )?;
+    for (b, (&slot, &a)) in w.slots.iter().zip(accept).enumerate() {
+        if a > 0 && slot >= 0 {
+            let at = (b * t + a as usize - 1) * per_slot;
+            let dst = slot as usize * per_slot;
+            layer_pool[dst..dst + per_slot].copy_from_slice(&snaps[at..at + per_slot]);
+        }
+    }
+    Ok(o)
 }
 
 /// The shapes the byte models are printed for: the demo's own and a Qwen3-Next-like layer
@@ -191,17 +245,7 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
     let (mut t_rs, mut t_base, mut t_vf) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let (mut vf_out_max, mut vf_out_ok, mut vf_out_bits) = (0f64, true, true);
     let (mut vf_vs_rs, mut vf_vs_base, mut vf_compared) = (true, true, 0usize);
-    let spec = WorkloadSpec {
-        variant: Variant::Gdn,
-        dims,
-        dtype,
-        seqlens: vec![t; batch],
-        null_requests: vec![],
-        spare_slots: 2,
-        raw_gate: true,
-        gate_form: replayssm::GateForm::Softplus,
-        qk_l2norm: true,
-    };
+    let spec = step_spec(dims, dtype, t, batch);
     for step in 0..steps {
         let accept: Vec<i32> = (0..batch).map(|_| rng.gen_range(0..=t as i32)).collect();
         accepted_total += accept.iter().sum::<i32>() as usize;
@@ -252,28 +296,9 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
             vf_vs_rs &= bits_equal(vf_layer, &pool_rs.state()[layer_range.clone()]);
             vf_vs_base &= bits_equal(vf_layer, &pool_base[layer_range]);
             vf_compared += 1;
-            // Baseline: recurrent verify writing T snapshots; commit copies the accepted one.
-            let mut o_base = ActBuffer::nan(dtype, n * dims.hv * dims.v);
-            let mut snaps = vec![f32::NAN; batch * t * per_slot];
             let layer_pool = &mut pool_base[shape.pool_offset(layer, 0)..shape.pool_offset(layer + 1, 0)];
             let t0 = Instant::now();
-            recurrent(
-                backend,
-                &w.inputs(),
-                &mut RecurrentOutputs {
-                    o: o_base.dense_mut(n, dims.hv * dims.v),
-                    state: layer_pool,
-                    write_state: false,
-                    snapshots: Some(&mut snaps),
-                },
-            )?;
-            for (b, &slot) in slots.iter().enumerate() {
-                if accept[b] > 0 {
-                    let at = (b * t + accept[b] as usize - 1) * per_slot;
-                    let dst = slot as usize * per_slot;
-                    layer_pool[dst..dst + per_slot].copy_from_slice(&snaps[at..at + per_slot]);
-                }
-            }
+            let o_base = baseline_step(backend, &w, layer_pool, &accept, t)?;
             t_base += t0.elapsed();
             let a = o_rs.to_f32();
             let b: Vec<f64> = o_base.to_f32().iter().map(|&x| x as f64).collect();
