@@ -181,7 +181,8 @@ pub fn check_batch(batch: usize) -> Result<()> {
     Ok(())
 }
 
-/// A bookkeeping launch's rows (defer, the buffered cursors): `1..=MAX_BATCH` slots.
+/// A bookkeeping launch's rows (defer, the buffered cursors, a materialise: its grid holds the
+/// request in z): `1..=MAX_BATCH` slots.
 pub fn check_bookkeeping_rows(rows: usize) -> Result<()> {
     if rows == 0 || rows > crate::limits::MAX_BATCH {
         return Err(Error::Shape {

@@ -208,8 +208,25 @@ pub enum Mode {
     Buffered {
         cache_len: usize,
     },
-    /// Spec ring for speculative decoding (design §4 V, F).
-    Spec,
+    /// Spec ring for speculative decoding (design §4 V, F), its commits reaching the checkpoint
+    /// as `commit` says.
+    Spec {
+        commit: SpecCommit,
+    },
+}
+
+/// How a speculative step's accepted records reach the checkpoint. One field, so a pool is never
+/// resolved for two of them at once (E2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecCommit {
+    /// Fold every commit: V (or VT) verifies, F (or FT) folds the accepted prefix.
+    EveryStep,
+    /// `--linear-replayssm-spec-deferred-fold`: step t's records are folded inside step t+1's
+    /// verify (kernel VF, a two-window ring and a pending table: [`crate::state::deferred_ring`]).
+    Deferred,
+    /// `--linear-replayssm-spec-buffered`: the accepted history stays in a spec ring of
+    /// `cache_len` positions (kernel VB, [`crate::state::buffered_ring`]) until a flush.
+    Buffered { cache_len: usize },
 }
 
 /// The draft the verify sees.
@@ -241,13 +258,6 @@ pub struct ResolvedConfig {
     pub radix: RadixCacheStrategy,
     pub state_dtype: StateDtype,
     pub verify_layout: VerifyLayout,
-    /// Commits are folded inside the next step's verify (kernel VF, a two-window ring and a
-    /// pending table: [`crate::state::deferred_ring`]); only with [`Mode::Spec`].
-    pub deferred_fold: bool,
-    /// The buffered speculative mode's cache length L: accepted records stay in a spec ring of L
-    /// positions (kernel VB, [`crate::state::buffered_ring`]); only with [`Mode::Spec`], never
-    /// with `deferred_fold`.
-    pub spec_buffered: Option<usize>,
     pub decode_backend: KernelFamily,
     pub verify_backend: KernelFamily,
     pub warnings: Vec<String>,
@@ -369,17 +379,12 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
     }
     let deferred_fold = f.linear_replayssm_spec_deferred_fold;
     if deferred_fold {
-        if !spec {
-            return Err(GateError::DeferredWithoutSpec);
-        }
-        if f.ragged_verify_mode != VerifyLayout::Static {
-            return Err(GateError::DeferredRaggedVerify {
-                mode: f.ragged_verify_mode.flag_value(),
-            });
-        }
-        if f.mamba_radix_cache_strategy == RadixCacheStrategy::ExtraBuffer {
-            return Err(GateError::DeferredExtraBuffer);
-        }
+        check_records_kept_between_steps(
+            f,
+            GateError::DeferredWithoutSpec,
+            |mode| GateError::DeferredRaggedVerify { mode },
+            GateError::DeferredExtraBuffer,
+        )?;
     }
     if let Some(n) = f.speculative_num_draft_tokens {
         if n < 1 {
@@ -388,20 +393,15 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
     }
     let spec_buffered = f.linear_replayssm_spec_buffered;
     if spec_buffered {
-        if !spec {
-            return Err(GateError::BufferedSpecWithoutSpec);
-        }
         if deferred_fold {
             return Err(GateError::BufferedSpecAndDeferred);
         }
-        if f.ragged_verify_mode != VerifyLayout::Static {
-            return Err(GateError::BufferedSpecRaggedVerify {
-                mode: f.ragged_verify_mode.flag_value(),
-            });
-        }
-        if f.mamba_radix_cache_strategy == RadixCacheStrategy::ExtraBuffer {
-            return Err(GateError::BufferedSpecExtraBuffer);
-        }
+        check_records_kept_between_steps(
+            f,
+            GateError::BufferedSpecWithoutSpec,
+            |mode| GateError::BufferedSpecRaggedVerify { mode },
+            GateError::BufferedSpecExtraBuffer,
+        )?;
         if f.disaggregation_mode != PoolRole::Local {
             return Err(GateError::BufferedSpecDisaggregated {
                 mode: f.disaggregation_mode.flag_value(),
@@ -422,9 +422,12 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
         },
         (Some(_), _) => DraftShape::Chain { tokens },
     };
-    let spec_buffered = match spec_buffered {
-        false => None,
-        true => Some(buffered_spec_cache_len(f, draft, &mut warnings)?),
+    let commit = match (deferred_fold, spec_buffered) {
+        (true, _) => SpecCommit::Deferred,
+        (false, true) => SpecCommit::Buffered {
+            cache_len: buffered_spec_cache_len(f, draft, &mut warnings)?,
+        },
+        (false, false) => SpecCommit::EveryStep,
     };
     let verify_backend = f
         .linear_attn_verify_backend
@@ -535,7 +538,7 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
                     .into(),
             );
         }
-        Mode::Spec
+        Mode::Spec { commit }
     } else {
         if f.linear_replayssm_cache_len.is_some() {
             warnings.push(
@@ -547,13 +550,13 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
     };
 
     let state_dtype = match (mode, f.mamba_ssm_dtype) {
-        (Mode::Spec, None) => {
+        (Mode::Spec { .. }, None) => {
             warnings.push(
                 "B6: --mamba-ssm-dtype not given: resolved to float32 (the exact fold keeps an f32 checkpoint, bit-identical to the recurrent baseline)".into(),
             );
             StateDtype::Float32
         }
-        (Mode::Spec, Some(d)) if d != StateDtype::Float32 => {
+        (Mode::Spec { .. }, Some(d)) if d != StateDtype::Float32 => {
             warnings.push(format!(
                 "B7: --mamba-ssm-dtype='{}' with --enable-linear-replayssm-spec: the fold re-quantises the committed state on every commit and may drift from the recurrent baseline; float32 is exact",
                 d.flag_value()
@@ -580,12 +583,32 @@ pub fn resolve(f: &EngineFlags) -> Result<ResolvedConfig, GateError> {
         radix: f.mamba_radix_cache_strategy,
         state_dtype,
         verify_layout: f.ragged_verify_mode,
-        deferred_fold,
-        spec_buffered,
         decode_backend: f.linear_attn_decode_backend.clone(),
         verify_backend,
         warnings,
     })
+}
+
+/// The rules a commit form that keeps accepted records in the spec ring between steps shares
+/// (D1-D3 for the deferred fold, E1, E5, E6 for the buffered mode): it needs the spec ring, a
+/// window placed at a fixed offset (a static verify layout), and no checkpoint copied between
+/// slots outside the step (the ping-pong donation would copy a state that misses the records).
+fn check_records_kept_between_steps(
+    f: &EngineFlags,
+    without_spec: GateError,
+    ragged: fn(&'static str) -> GateError,
+    extra_buffer: GateError,
+) -> Result<(), GateError> {
+    if !f.enable_linear_replayssm_spec {
+        return Err(without_spec);
+    }
+    if f.ragged_verify_mode != VerifyLayout::Static {
+        return Err(ragged(f.ragged_verify_mode.flag_value()));
+    }
+    if f.mamba_radix_cache_strategy == RadixCacheStrategy::ExtraBuffer {
+        return Err(extra_buffer);
+    }
+    Ok(())
 }
 
 /// E3 and E7: the buffered speculative mode serves linear chains with a ring of L >= 2 T positions
@@ -654,19 +677,19 @@ impl ResolvedConfig {
         match (self.mode, self.draft) {
             (Mode::Off, _) => "R recurrent decode (baseline; no ReplaySSM kernels)",
             (Mode::Buffered { .. }, _) => "D buffered decode",
-            (Mode::Spec, DraftShape::Tree { .. }) if self.deferred_fold => {
+            (Mode::Spec { commit: SpecCommit::Deferred }, DraftShape::Tree { .. }) => {
                 "VF deferred fold with VT tree verify (strict-ancestor mask); FT path fold flushes"
             }
-            (Mode::Spec, _) if self.deferred_fold => {
+            (Mode::Spec { commit: SpecCommit::Deferred }, _) => {
                 "VF deferred fold with V chain verify (strictly-lower window mask); F flushes"
             }
-            (Mode::Spec, _) if self.spec_buffered.is_some() => {
+            (Mode::Spec { commit: SpecCommit::Buffered { .. } }, _) => {
                 "VB buffered verify (checkpoint plus the history's stored corrections, strictly-lower window mask); F flushes"
             }
-            (Mode::Spec, DraftShape::Tree { .. }) => {
+            (Mode::Spec { .. }, DraftShape::Tree { .. }) => {
                 "VT tree verify (strict-ancestor mask) + FT path fold (fold-every-commit)"
             }
-            (Mode::Spec, _) => "V chain verify (strictly-lower window mask) + F fold-every-commit",
+            (Mode::Spec { .. }, _) => "V chain verify (strictly-lower window mask) + F fold-every-commit",
         }
     }
 }
@@ -676,12 +699,17 @@ impl std::fmt::Display for ResolvedConfig {
         let mode = match self.mode {
             Mode::Off => "off".to_string(),
             Mode::Buffered { cache_len } => format!("buffered decode (cache_len {cache_len})"),
-            Mode::Spec if self.deferred_fold => "spec ring, deferred fold".to_string(),
-            Mode::Spec if self.spec_buffered.is_some() => format!(
-                "spec ring, buffered (cache_len {})",
-                self.spec_buffered.unwrap_or_default()
-            ),
-            Mode::Spec => "spec ring".to_string(),
+            Mode::Spec {
+                commit: SpecCommit::Deferred,
+            } => "spec ring, deferred fold".to_string(),
+            Mode::Spec {
+                commit: SpecCommit::Buffered { cache_len },
+            } => {
+                format!("spec ring, buffered (cache_len {cache_len})")
+            }
+            Mode::Spec {
+                commit: SpecCommit::EveryStep,
+            } => "spec ring".to_string(),
         };
         let draft = match self.draft {
             DraftShape::None => "none".to_string(),

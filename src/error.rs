@@ -123,7 +123,7 @@ pub enum Error {
         pending: usize,
         action: &'static str,
     },
-    #[error("slot {slot} has {pending} accepted records in its buffered history, not yet in its checkpoint: {action} needs it flushed first (Stream::buffered_flush)")]
+    #[error("slot {slot} has {pending} accepted records in its buffered history, not yet in its checkpoint: {action} needs it flushed first (Stream::buffered_fold with BufferedFold::Flush)")]
     PendingHistory {
         slot: usize,
         pending: usize,

@@ -74,7 +74,7 @@ pub mod tokens;
 pub mod tuning;
 
 pub use backend::Backend;
-pub use config::{resolve, EngineFlags, GateError, ResolvedConfig};
+pub use config::{resolve, EngineFlags, GateError, ResolvedConfig, SpecCommit};
 pub use dtype::{ActBuffer, ActView, ActViewMut, DType};
 pub use error::{Error, Result, Status};
 pub use kernels::decode::{decode, materialize, DecodeInputs};
@@ -83,6 +83,7 @@ pub use kernels::recurrent::{recurrent, RecurrentOutputs, RecurrentPlan};
 pub use kernels::replay::replay;
 pub use kernels::tree::{AcceptedPaths, DraftTree};
 pub use kernels::verify::verify;
+pub use kernels::verify_buffered::BufferedFold;
 pub use kernels::verify_fold::verify_fold;
 pub use limits::{MAX_CACHE_LEN, MAX_TREE_NODES, MAX_VERIFY_WINDOW};
 pub use memory::{

@@ -45,6 +45,10 @@ pub enum Kernel {
     D,
     /// The deferred fold (fold-then-verify).
     VF,
+    /// The buffered speculative verify: STAGED only, its rows per block chosen here (keyed by the
+    /// draft window T; the table's entries are the model's at cache length 16, and a choice whose
+    /// shared memory does not fit the call's ring falls back to the most rows that do).
+    VB,
 }
 
 impl fmt::Display for Kernel {
@@ -106,6 +110,12 @@ impl Choice {
                 c(Impl::Staged, 64),
             ],
             Kernel::F | Kernel::P | Kernel::D => vec![Choice::DEFAULT, c(Impl::Prefetch, 0)],
+            Kernel::VB => vec![
+                c(Impl::Staged, 0),
+                c(Impl::Staged, 16),
+                c(Impl::Staged, 32),
+                c(Impl::Staged, 64),
+            ],
         }
     }
 }
@@ -346,7 +356,7 @@ impl Table {
             if e.variant != "gdn" && e.variant != "kda" {
                 return Err(bad(format!("variant {:?} is neither \"gdn\" nor \"kda\"", e.variant)));
             }
-            let staged_rows = matches!(e.kernel, Kernel::V | Kernel::VF)
+            let staged_rows = matches!(e.kernel, Kernel::V | Kernel::VF | Kernel::VB)
                 && e.choice.imp == Impl::Staged
                 && e.choice.block_rows % 16 == 0;
             if !(Choice::all(e.kernel).contains(&e.choice) || staged_rows) {
@@ -492,8 +502,9 @@ pub fn forced(kernel: Kernel) -> Option<Choice> {
 pub fn fits(key: &Key, choice: Choice) -> bool {
     let kda = key.kda as i32;
     match (key.kernel, choice.imp) {
+        (Kernel::VB, Impl::Default) => false,
         (_, Impl::Default) => choice.block_rows == 0,
-        (Kernel::V | Kernel::VF, Impl::Staged) => {
+        (Kernel::V | Kernel::VF | Kernel::VB, Impl::Staged) => {
             // (The size query takes only launchable shapes: a garbage V or window is the params
             // checks' to refuse, never arithmetic here.)
             let launchable = key.v <= crate::limits::MAX_V
@@ -502,13 +513,18 @@ pub fn fits(key: &Key, choice: Choice) -> bool {
                 && choice.block_rows % 16 == 0
                 && choice.block_rows as usize <= crate::limits::MAX_V;
             let (t, k, rows, v) = (key.window as i32, key.k as i32, choice.block_rows as i32, key.v as i32);
-            // SAFETY: pure size computations. VF's is taken at the largest ring (two windows of
-            // MAX_VERIFY_WINDOW records), so a fit holds for every ring of the call's shape.
+            // SAFETY: pure size computations. VF's and VB's are taken at the largest ring (VF: two
+            // windows of MAX_VERIFY_WINDOW records; VB: MAX_BUFFERED_CACHE_LEN positions), so a
+            // fit holds for every ring of the call's shape.
             let smem = || unsafe {
                 match key.kernel {
                     Kernel::VF => {
                         let ring = 2 * crate::limits::MAX_VERIFY_WINDOW as i32;
                         ffi::rssm_verify_fold_staged_smem_bytes(t, ring, k, kda, rows, v)
+                    }
+                    Kernel::VB => {
+                        let ring = crate::limits::MAX_BUFFERED_CACHE_LEN as i32;
+                        ffi::rssm_verify_buffered_smem_bytes(t, ring, k, kda, rows, v)
                     }
                     _ => ffi::rssm_verify_staged_smem_bytes(t, k, kda, rows, v),
                 }

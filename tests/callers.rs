@@ -171,8 +171,8 @@ mod shared_table {
     use replayssm::config::{resolve, EngineFlags};
     use replayssm::{
         decode, fold, materialize, recurrent, replay, verify, verify_fold, AcceptedPaths, ActBuffer, Backend,
-        CheckpointPool, DType, DecodeRing, DeferredRing, DraftTree, ForceFlush, GateForm, HeadDims, RecurrentOutputs,
-        RingShape, SpecRing, Variant,
+        BufferedFold, CheckpointPool, DType, DecodeRing, DeferredRing, DraftTree, ForceFlush, GateForm, HeadDims,
+        RecurrentOutputs, RingShape, SpecRing, Variant,
     };
     use replayssm_tools::workload::{GateData, RecurrentData};
 
@@ -327,11 +327,13 @@ mod shared_table {
             let ds = DeviceVec::from_host(&stream, &slots).unwrap();
             let da = DeviceVec::from_host(&stream, &lens).unwrap();
             let mut flush = DeviceVec::<i32>::zeros(Backend::Emulated, slots.len()).unwrap();
-            outcome(stream.buffered_commit(
+            outcome(stream.buffered_fold(
                 &mut dpool,
                 &mut bring,
                 ds.as_slice(),
-                da.as_slice(),
+                BufferedFold::Commit {
+                    accept_lens: da.as_slice(),
+                },
                 flush.as_mut_slice(),
             ))
         };

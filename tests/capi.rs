@@ -12,7 +12,9 @@ use common::{bits_equal, say, spec};
 use replayssm::capi::*;
 use replayssm::config::{resolve, EngineFlags};
 use replayssm::spec::{fold, verify};
-use replayssm::{ActBuffer, Backend, CheckpointPool, DType, HeadDims, RecurrentOutputs, SpecRing, Variant};
+use replayssm::{
+    ActBuffer, Backend, BufferedFold, CheckpointPool, DType, HeadDims, RecurrentOutputs, SpecRing, Variant,
+};
 use replayssm_tools::workload::{GateData, RecurrentData};
 
 const EMU: i32 = replayssm_backend::REPLAYSSM_BACKEND_EMULATED as i32;
@@ -251,8 +253,8 @@ fn verify_and_fold_through_the_c_abi_give_the_safe_wrappers_bits() {
 
 /// The buffered speculative verify driven only through the C ABI (`replayssm_verify_buffered` per
 /// layer, `replayssm_buffered` COMMIT then `replayssm_fold` on the flush lengths, FLUSH and RESET
-/// between steps) next to the Rust API's (`Stream::verify_buffered`, `buffered_commit`,
-/// `buffered_flush`, `buffered_reset`) on the emulated backend, from the same bits: every output,
+/// between steps) next to the Rust API's (`Stream::verify_buffered`, `buffered_fold`
+/// (commit, flush), `buffered_reset`) on the emulated backend, from the same bits: every output,
 /// flush length, cursor, checkpoint, ring record and correction is bit-identical after every step,
 /// with null rows, short windows, commit flushes, a forced flush and a reset.
 #[test]
@@ -438,11 +440,13 @@ fn buffered_verify_through_the_c_abi_gives_the_rust_apis_bits() {
             let da = DeviceVec::from_host(&stream, &accept).expect("accept");
             let ds = DeviceVec::from_host(&stream, &slots).expect("slots");
             stream
-                .buffered_commit(
+                .buffered_fold(
                     &mut dpool,
                     &mut bring,
                     ds.as_slice(),
-                    da.as_slice(),
+                    BufferedFold::Commit {
+                        accept_lens: da.as_slice(),
+                    },
                     dflush.as_mut_slice(),
                 )
                 .expect("Rust commit");
@@ -477,7 +481,13 @@ fn buffered_verify_through_the_c_abi_gives_the_rust_apis_bits() {
                 let ds = DeviceVec::from_host(&stream, &s).expect("slot");
                 let mut one = DeviceVec::<i32>::zeros(Backend::Emulated, 1).expect("scratch");
                 stream
-                    .buffered_flush(&mut dpool, &mut bring, ds.as_slice(), one.as_mut_slice())
+                    .buffered_fold(
+                        &mut dpool,
+                        &mut bring,
+                        ds.as_slice(),
+                        BufferedFold::Flush,
+                        one.as_mut_slice(),
+                    )
                     .expect("Rust flush");
                 let mut f1 = [-1i32];
                 let op = replayssm_buffered_op::REPLAYSSM_BUFFERED_FLUSH;
@@ -502,7 +512,13 @@ fn buffered_verify_through_the_c_abi_gives_the_rust_apis_bits() {
         // The end: flush every live slot; the checkpoints are current and still the same bits.
         let ds = DeviceVec::from_host(&stream, &live).expect("slots");
         stream
-            .buffered_flush(&mut dpool, &mut bring, ds.as_slice(), dflush.as_mut_slice())
+            .buffered_fold(
+                &mut dpool,
+                &mut bring,
+                ds.as_slice(),
+                BufferedFold::Flush,
+                dflush.as_mut_slice(),
+            )
             .expect("Rust flush");
         let op = replayssm_buffered_op::REPLAYSSM_BUFFERED_FLUSH;
         cursor_op(op, &live, None, &mut state, &ring, &mut cursors, &mut flush, &mut word);

@@ -104,7 +104,15 @@ fn a3_buffered_decode_refuses_pd_disaggregation_and_spec_on_decode_is_accepted()
         disaggregation_mode: PoolRole::PdDecode,
         ..spec_flags()
     });
-    assert_eq!((ok.mode, ok.pool_role), (Mode::Spec, PoolRole::PdDecode));
+    assert_eq!(
+        (ok.mode, ok.pool_role),
+        (
+            Mode::Spec {
+                commit: SpecCommit::EveryStep
+            },
+            PoolRole::PdDecode
+        )
+    );
 }
 
 #[test]
@@ -501,7 +509,7 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                         assert_eq!(DecodeRing::attach(&pool).unwrap().cache_len(), cache_len);
                         assert!(spec_ring.is_err());
                     }
-                    Mode::Spec => {
+                    Mode::Spec { commit } => {
                         match cfg.draft {
                             DraftShape::Tree { nodes, .. } => {
                                 assert!(nodes.unwrap_or(0) <= MAX_TREE_NODES, "tree over the limit: {f:?}");
@@ -509,10 +517,10 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                             }
                             DraftShape::Chain { tokens } => {
                                 assert!(tokens.unwrap_or(0) <= MAX_DRAFT_TOKENS, "chain over the limit: {f:?}");
-                                let first = match (cfg.deferred_fold, cfg.spec_buffered) {
-                                    (true, _) => "VF ",
-                                    (false, Some(_)) => "VB ",
-                                    _ => "V ",
+                                let first = match commit {
+                                    SpecCommit::Deferred => "VF ",
+                                    SpecCommit::Buffered { .. } => "VB ",
+                                    SpecCommit::EveryStep => "V ",
                                 };
                                 assert!(cfg.kernels().starts_with(first), "{f:?}");
                             }
@@ -522,11 +530,11 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                         assert!(DecodeRing::attach(&pool).is_err());
                         assert!(spec_ring.is_ok(), "{f:?}");
                         let deferred = replayssm::DeferredRing::for_pool(&pool, 4, DType::BF16, true);
-                        assert_eq!(deferred.is_ok(), cfg.deferred_fold, "{f:?}");
+                        assert_eq!(deferred.is_ok(), commit == SpecCommit::Deferred, "{f:?}");
                         let buffered = replayssm::BufferedRing::for_pool(&pool, 1, DType::BF16, true);
-                        assert_eq!(buffered.is_ok(), cfg.spec_buffered.is_some(), "{f:?}");
-                        if let Some(l) = cfg.spec_buffered {
-                            assert!(!cfg.deferred_fold && cfg.pool_role == PoolRole::Local, "{f:?}");
+                        if let SpecCommit::Buffered { cache_len: l } = commit {
+                            assert!(buffered.is_ok(), "{f:?}");
+                            assert_eq!(cfg.pool_role, PoolRole::Local, "{f:?}");
                             assert!(!matches!(cfg.draft, DraftShape::Tree { .. }), "{f:?}");
                             let t = match cfg.draft {
                                 DraftShape::Chain { tokens: Some(t) } => t,
@@ -536,7 +544,6 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                         }
                     }
                     Mode::Off => {
-                        assert!(!cfg.deferred_fold && cfg.spec_buffered.is_none(), "{f:?}");
                         assert!(DecodeRing::attach(&pool).is_err());
                         assert!(spec_ring.is_err());
                     }
@@ -565,8 +572,10 @@ fn e1_e7_the_buffered_spec_mode_serves_local_static_chains_with_room_for_two_win
     };
     let ok = accepted(&buffered);
     assert_eq!(
-        (ok.mode, ok.spec_buffered, ok.deferred_fold),
-        (Mode::Spec, Some(16), false)
+        ok.mode,
+        Mode::Spec {
+            commit: SpecCommit::Buffered { cache_len: 16 }
+        }
     );
     assert!(ok.kernels().starts_with("VB "), "{}", ok.kernels());
     assert!(ok.to_string().contains("spec ring, buffered (cache_len 16)"), "{ok}");
@@ -575,8 +584,12 @@ fn e1_e7_the_buffered_spec_mode_serves_local_static_chains_with_room_for_two_win
         ..buffered.clone()
     });
     assert_eq!(
-        default_len.spec_buffered,
-        Some(replayssm::config::DEFAULT_SPEC_CACHE_LEN)
+        default_len.mode,
+        Mode::Spec {
+            commit: SpecCommit::Buffered {
+                cache_len: replayssm::config::DEFAULT_SPEC_CACHE_LEN
+            }
+        }
     );
     assert!(default_len
         .warnings
@@ -677,7 +690,12 @@ fn d1_d3_the_deferred_fold_needs_the_spec_ring_a_static_verify_and_no_ping_pong_
         ..spec_flags()
     };
     let ok = accepted(&deferred);
-    assert!(ok.deferred_fold && ok.mode == Mode::Spec);
+    assert_eq!(
+        ok.mode,
+        Mode::Spec {
+            commit: SpecCommit::Deferred
+        }
+    );
     assert!(ok.kernels().starts_with("VF "), "{}", ok.kernels());
     assert!(ok.to_string().contains("spec ring, deferred fold"), "{ok}");
     refused(
@@ -716,7 +734,12 @@ fn d1_d3_the_deferred_fold_needs_the_spec_ring_a_static_verify_and_no_ping_pong_
         disaggregation_mode: PoolRole::PdDecode,
         ..deferred.clone()
     });
-    assert!(pd.deferred_fold);
+    assert_eq!(
+        pd.mode,
+        Mode::Spec {
+            commit: SpecCommit::Deferred
+        }
+    );
     // The flag parses as SGLang spells it.
     let f = replayssm::engine_args::parse_engine_args(&[
         "--enable-linear-replayssm-spec",

@@ -12,14 +12,14 @@ use common::spec_chain::{draw_windows, recurrent_commit, rng, run_verify, spec_p
 use common::*;
 use rand::Rng;
 use replayssm::backend::Backend;
-use replayssm::config::{resolve, EngineFlags};
+use replayssm::config::{resolve, EngineFlags, Mode, SpecCommit};
 use replayssm::ffi;
 use replayssm::memory::{DeviceAct, DeviceVec, Stream};
 use replayssm::numerics::compare;
 use replayssm::ring::{RingShape, SpecRing};
 use replayssm::spec::fold;
 use replayssm::tuning::{self, Choice, Kernel};
-use replayssm::{ActBuffer, BufferedRing, CheckpointPool, DType, Error, HeadDims, Variant};
+use replayssm::{ActBuffer, BufferedFold, BufferedRing, CheckpointPool, DType, Error, HeadDims, Variant};
 use replayssm_tools::staged::DeviceTokens;
 use replayssm_tools::workload::RecurrentData;
 
@@ -41,7 +41,12 @@ fn buffered_pool(shape: &RingShape, cache_len: usize, state: &[f32]) -> Checkpoi
         ..EngineFlags::spec_ring(shape.variant)
     })
     .unwrap();
-    assert_eq!(cfg.spec_buffered, Some(cache_len));
+    assert_eq!(
+        cfg.mode,
+        Mode::Spec {
+            commit: SpecCommit::Buffered { cache_len }
+        }
+    );
     let mut pool = CheckpointPool::new(&cfg, shape.dims, shape.layers, shape.slots).unwrap();
     pool.state_mut().copy_from_slice(state);
     pool
@@ -168,16 +173,8 @@ fn chain(
         let lens = commit.lens();
         accepted += lens.iter().sum::<usize>();
         recurrent_commit(backend, &shape, &mut pool_r, &windows, &lens, false);
-        let da = DeviceVec::from_host(&stream, &commit.accept).unwrap();
-        stream
-            .buffered_commit(
-                &mut dpool,
-                &mut bring,
-                dslots.as_slice(),
-                da.as_slice(),
-                flush_lens.as_mut_slice(),
-            )
-            .unwrap();
+        let fl = flush_lens.as_mut_slice();
+        buffered_commit(&stream, &mut dpool, &mut bring, dslots.as_slice(), &commit.accept, fl).unwrap();
         stream.check_errors().unwrap();
         // The protocol: the history grows by the accepted count; a row whose next window would
         // not fit flushes (its whole history folded, cursor 0).
@@ -209,7 +206,13 @@ fn chain(
                 let fs = DeviceVec::from_host(&stream, &[s]).unwrap();
                 let mut scratch = DeviceVec::<i32>::zeros(backend, 1).unwrap();
                 stream
-                    .buffered_flush(&mut dpool, &mut bring, fs.as_slice(), scratch.as_mut_slice())
+                    .buffered_fold(
+                        &mut dpool,
+                        &mut bring,
+                        fs.as_slice(),
+                        BufferedFold::Flush,
+                        scratch.as_mut_slice(),
+                    )
                     .unwrap();
                 assert_eq!(
                     scratch.to_vec(&stream).unwrap(),
@@ -253,7 +256,13 @@ fn chain(
     // The end: flush everything; every slot is bit-identical.
     let fs = DeviceVec::from_host(&stream, &live_slots).unwrap();
     stream
-        .buffered_flush(&mut dpool, &mut bring, fs.as_slice(), flush_lens.as_mut_slice())
+        .buffered_fold(
+            &mut dpool,
+            &mut bring,
+            fs.as_slice(),
+            BufferedFold::Flush,
+            flush_lens.as_mut_slice(),
+        )
         .unwrap();
     stream.check_errors().unwrap();
     let host = dpool.to_host(&stream).unwrap();
@@ -833,32 +842,30 @@ fn host_refusals_name_the_field_and_write_nothing() {
     for a in [4, 3] {
         // (A commit keeps records the step's VB wrote: verify first.)
         verify(&dpool, &mut bring, &[4], &[1]).0.unwrap();
-        let da = DeviceVec::from_host(&stream, &[a]).unwrap();
-        stream
-            .buffered_commit(
-                &mut dpool,
-                &mut bring,
-                ones.as_slice(),
-                da.as_slice(),
-                fl.as_mut_slice(),
-            )
-            .unwrap();
+        buffered_commit(
+            &stream,
+            &mut dpool,
+            &mut bring,
+            ones.as_slice(),
+            &[a],
+            fl.as_mut_slice(),
+        )
+        .unwrap();
     }
     assert_eq!(
         bring.histories(&stream).unwrap(),
         [0, 0, 0],
         "4 + 3 > L - T = 6: flushed"
     );
-    let da = DeviceVec::from_host(&stream, &[5i32]).unwrap();
-    let e = stream
-        .buffered_commit(
-            &mut dpool,
-            &mut bring,
-            ones.as_slice(),
-            da.as_slice(),
-            fl.as_mut_slice(),
-        )
-        .unwrap_err();
+    let e = buffered_commit(
+        &stream,
+        &mut dpool,
+        &mut bring,
+        ones.as_slice(),
+        &[5],
+        fl.as_mut_slice(),
+    )
+    .unwrap_err();
     assert!(
         e.to_string().contains("accept_lens[0] = 5") && e.to_string().contains("0..=4"),
         "{e}"

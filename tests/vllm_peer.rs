@@ -347,11 +347,8 @@ fn vllm_buffered_spec_chain_matches_ours() {
         let lens: Vec<usize> = acc.iter().map(|&a| a as usize).collect();
         accepted += lens.iter().sum::<usize>();
         let dslots = DeviceVec::from_host(&stream, &slots).unwrap();
-        let da = DeviceVec::from_host(&stream, acc).unwrap();
         let fl = flush_lens.as_mut_slice();
-        stream
-            .buffered_commit(&mut dpool, &mut bring, dslots.as_slice(), da.as_slice(), fl)
-            .unwrap();
+        common::buffered_commit(&stream, &mut dpool, &mut bring, dslots.as_slice(), acc, fl).unwrap();
         stream.check_errors().unwrap();
         recurrent_commit(backend, &shape, &mut pool_r, std::slice::from_ref(&w), &lens, false);
         for (r, &slot) in slots.iter().enumerate() {

@@ -239,25 +239,12 @@ fn decode_kernel<M: Memory>(
     check_status("decode", exec.backend, st)
 }
 
-/// The rows of a materialise: `[B]` slots, 1 <= B <= the batch limit (the grid holds (layer,
-/// row tile) in x and the request in z, so any layer count runs).
-fn check_materialize_slots(slots: usize) -> Result<()> {
-    if slots == 0 || slots > crate::limits::MAX_BATCH {
-        return Err(Error::Shape {
-            tensor: "slots",
-            expected: format!("[B] with 1 <= B <= {}", crate::limits::MAX_BATCH),
-            got: format!("[{slots}]"),
-        });
-    }
-    Ok(())
-}
-
 /// The checks [`materialize`] runs before anything is written.
 pub fn validate_materialize(backend: Backend, pool: &CheckpointPool, ring: &DecodeRing, slots: &[i32]) -> Result<()> {
     ring.check_pool(pool)?;
     let s = pool.shape();
     check_kernel_head_dim(backend, s.dims.k)?;
-    check_materialize_slots(slots.len())?;
+    crate::checks::check_bookkeeping_rows(slots.len())?;
     check_slots(slots, slots.len(), s.slots)
 }
 
@@ -473,7 +460,7 @@ impl Stream {
         let s = pool.shape();
         check_kernel_head_dim(self.backend(), s.dims.k)?;
         let b = slots.len();
-        check_materialize_slots(b)?;
+        crate::checks::check_bookkeeping_rows(b)?;
         if scratch.len() != 2 * b {
             return Err(Error::Shape {
                 tensor: "scratch",

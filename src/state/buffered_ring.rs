@@ -7,21 +7,22 @@
 //! The cursors are `[NS]` i32, shared by all layers: per slot `h`, the records not yet in its
 //! checkpoint. Between steps a slot's checkpoint misses its `h` records, so reading, copying or
 //! handing out a checkpoint outside the step needs [`BufferedRing::check_flushed`] first
-//! ([`crate::Error::PendingHistory`]); `Stream::buffered_flush` makes it current.
+//! ([`crate::Error::PendingHistory`]); `Stream::buffered_fold` with `BufferedFold::Flush` makes it
+//! current.
 //!
 //! Protocol per step (device memory, no host round trip: CUDA-graph capturable): every layer's
-//! `Stream::verify_buffered`, then `Stream::buffered_commit` with the step's accept lengths (the
+//! `Stream::verify_buffered`, then `Stream::buffered_fold` with `BufferedFold::Commit` (the step's accept lengths) (the
 //! cursor kernel, then kernel F on the flush lengths it wrote; rows that do not flush fold
-//! nothing). `Stream::buffered_flush` and `buffered_reset` run between steps only, never between
+//! nothing). A flush and `buffered_reset` run between steps only, never between
 //! one layer's VB and the commit.
 
 use crate::checks::params::{buffered_block_rows, buffered_cache_len, buffered_window};
-use crate::config::{GateError, Mode};
+use crate::config::{GateError, SpecCommit};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::{Device, Memory, Storage, Stream};
 use crate::state::pool::CheckpointPool;
-use crate::state::spec_ring::{RingShape, SpecRing};
+use crate::state::spec_ring::{pool_spec_commit, RingShape, SpecRing};
 
 /// A buffered spec ring: the spec ring (L positions per slot), each record's correction u (f32,
 /// `[layers][slots][HV][L][V]`, written and read by VB only) and the cursors.
@@ -36,18 +37,15 @@ pub struct BufferedRing<M: Memory = Device> {
 
 /// The pool must have been resolved with the buffered speculative mode (design §5 P1, E1).
 fn buffered_pool_cache_len<M: Memory>(pool: &CheckpointPool<M>) -> Result<usize> {
-    let cfg = pool.config();
-    match (cfg.mode, cfg.spec_buffered) {
-        (Mode::Spec, Some(l)) => Ok(l),
-        (Mode::Spec, None) => Err(GateError::BufferedSpecRingWithoutFlag {
-            got: "with --enable-linear-replayssm-spec but without --linear-replayssm-spec-buffered",
-        }
-        .into()),
-        _ => Err(GateError::BufferedSpecRingWithoutFlag {
-            got: "without --enable-linear-replayssm-spec",
-        }
-        .into()),
-    }
+    pool_spec_commit(
+        pool,
+        |commit| match commit {
+            SpecCommit::Buffered { cache_len } => Some(cache_len),
+            _ => None,
+        },
+        "with --enable-linear-replayssm-spec but without --linear-replayssm-spec-buffered",
+        |got| GateError::BufferedSpecRingWithoutFlag { got },
+    )
 }
 
 impl<M: Memory> BufferedRing<M> {

@@ -14,13 +14,13 @@
 //! [`DeferredRing::commit`] with the step's accept lengths (on device memory:
 //! `Stream::verify_fold`, then `Stream::defer_commit`; the table never leaves the device).
 
-use crate::config::{GateError, Mode};
+use crate::config::{GateError, SpecCommit};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::limits::MAX_VERIFY_WINDOW;
 use crate::memory::{Device, DeviceVec, Host, Memory, Storage, Stream};
 use crate::state::pool::CheckpointPool;
-use crate::state::spec_ring::{RingShape, SpecRing};
+use crate::state::spec_ring::{pool_spec_commit, RingShape, SpecRing};
 
 /// A deferred-fold ring: the spec ring (`2 W` positions per slot) and the pending table.
 #[derive(Debug)]
@@ -33,18 +33,12 @@ pub struct DeferredRing<M: Memory = Host> {
 
 /// The pool must have been resolved with the deferred fold (design §5 P1, D1).
 fn check_deferred_pool<M: Memory>(pool: &CheckpointPool<M>) -> Result<()> {
-    let cfg = pool.config();
-    match (cfg.mode, cfg.deferred_fold) {
-        (Mode::Spec, true) => Ok(()),
-        (Mode::Spec, false) => Err(GateError::DeferredRingWithoutFlag {
-            got: "with --enable-linear-replayssm-spec but without --linear-replayssm-spec-deferred-fold",
-        }
-        .into()),
-        _ => Err(GateError::DeferredRingWithoutFlag {
-            got: "without --enable-linear-replayssm-spec",
-        }
-        .into()),
-    }
+    pool_spec_commit(
+        pool,
+        |commit| (commit == SpecCommit::Deferred).then_some(()),
+        "with --enable-linear-replayssm-spec but without --linear-replayssm-spec-deferred-fold",
+        |got| GateError::DeferredRingWithoutFlag { got },
+    )
 }
 
 impl<M: Memory> DeferredRing<M> {

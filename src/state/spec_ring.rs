@@ -1,6 +1,6 @@
 //! The spec ring (design §2): per layer and slot, the raw inputs of the last verify window.
 
-use crate::config::{GateError, Mode};
+use crate::config::{GateError, Mode, SpecCommit};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::memory::{ActStorage, Device, DeviceAct, DeviceVec, Host, Location, Memory, Storage, Stream};
@@ -249,10 +249,25 @@ impl SpecRing<Device> {
     }
 }
 
+/// What a ring kept between steps (the deferred fold's, the buffered mode's) needs from its pool's
+/// commit form (design §5 P1): `pick` takes it from the form the pool was resolved for, or says
+/// the pool lacks the ring's flag; `refuse` is the ring's P1 refusal.
+pub(crate) fn pool_spec_commit<M: Memory, T>(
+    pool: &CheckpointPool<M>,
+    pick: impl Fn(SpecCommit) -> Option<T>,
+    without_flag: &'static str,
+    refuse: fn(&'static str) -> GateError,
+) -> Result<T> {
+    match pool.mode() {
+        Mode::Spec { commit } => pick(commit).ok_or_else(|| refuse(without_flag).into()),
+        _ => Err(refuse("without --enable-linear-replayssm-spec").into()),
+    }
+}
+
 /// The pool must serve the spec ring (design §5 P1).
 pub(crate) fn check_spec_pool<M: Memory>(pool: &CheckpointPool<M>) -> Result<()> {
     match pool.mode() {
-        Mode::Spec => Ok(()),
+        Mode::Spec { .. } => Ok(()),
         Mode::Off => Err(GateError::SpecRingWithoutSpec { mode: "off" }.into()),
         Mode::Buffered { .. } => Err(GateError::SpecRingWithoutSpec {
             mode: "buffered decode",

@@ -171,3 +171,21 @@ pub fn bits_equal(a: &[f32], b: &[f32]) -> Result<(), String> {
         Some(i) => Err(format!("element {i}: {:e} vs {:e}", a[i], b[i])),
     }
 }
+
+/// The buffered step's commit on device memory: `accept` uploaded, then
+/// `Stream::buffered_fold` with `BufferedFold::Commit` (the flush lengths into `flush_lens`).
+#[allow(dead_code)] // not every test binary commits a buffered ring
+pub fn buffered_commit(
+    stream: &replayssm::memory::Stream,
+    pool: &mut replayssm::CheckpointPool<replayssm::Device>,
+    bring: &mut replayssm::BufferedRing<replayssm::Device>,
+    slots: replayssm::memory::DeviceSlice<'_, i32>,
+    accept: &[i32],
+    flush_lens: replayssm::memory::DeviceSliceMut<'_, i32>,
+) -> replayssm::error::Result<()> {
+    let accept = replayssm::memory::DeviceVec::from_host(stream, accept)?;
+    let fold = replayssm::BufferedFold::Commit {
+        accept_lens: accept.as_slice(),
+    };
+    stream.buffered_fold(pool, bring, slots, fold, flush_lens)
+}

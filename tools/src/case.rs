@@ -21,7 +21,7 @@ use replayssm::problem::{HeadDims, Variant};
 use replayssm::ring::SpecRing;
 use replayssm::spec::MAX_VERIFY_WINDOW;
 use replayssm::tree::{AcceptedPaths, DraftTree};
-use replayssm::{BufferedRing, DeferredRing, GateForm};
+use replayssm::{BufferedFold, BufferedRing, DeferredRing, GateForm};
 
 pub const FORMAT: &str = "replayssm-case/1";
 
@@ -1133,15 +1133,23 @@ fn run_buffered_steps(
         stream.verify_buffered(&tokens.inputs(), &pool, 0, &mut o.view_mut(0, n, row, row), &mut bring)?;
         outs.extend(o.to_host(&stream)?.to_f32());
         let accept = DeviceVec::from_host(&stream, accept)?;
-        stream.buffered_commit(
+        stream.buffered_fold(
             &mut pool,
             &mut bring,
             slots.as_slice(),
-            accept.as_slice(),
+            BufferedFold::Commit {
+                accept_lens: accept.as_slice(),
+            },
             flush_lens.as_mut_slice(),
         )?;
     }
-    stream.buffered_flush(&mut pool, &mut bring, slots.as_slice(), flush_lens.as_mut_slice())?;
+    stream.buffered_fold(
+        &mut pool,
+        &mut bring,
+        slots.as_slice(),
+        BufferedFold::Flush,
+        flush_lens.as_mut_slice(),
+    )?;
     stream.check_errors()?;
     Ok((outs, pool.to_host(&stream)?.state().to_vec()))
 }

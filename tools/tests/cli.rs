@@ -474,12 +474,20 @@ fn bench_tune_on_the_emulator_runs_every_variant_and_writes_a_table_dispatch_rea
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let table = Table::parse(&std::fs::read_to_string(&path).unwrap(), "tune output").unwrap();
-    // Every implementation of V, F, P, D (its non-flush and flush cases) and VF at 2 shapes x 2
+    // Every implementation of V, F, P, D (its non-flush and flush cases), VF and VB (L = 16) at 2 shapes x 2
     // batches x 2 windows ran and was checked.
-    let variants: usize = [Kernel::V, Kernel::F, Kernel::P, Kernel::D, Kernel::D, Kernel::VF]
-        .iter()
-        .map(|&k| Choice::all(k).len())
-        .sum();
+    let variants: usize = [
+        Kernel::V,
+        Kernel::F,
+        Kernel::P,
+        Kernel::D,
+        Kernel::D,
+        Kernel::VF,
+        Kernel::VB,
+    ]
+    .iter()
+    .map(|&k| Choice::all(k).len())
+    .sum();
     assert_eq!(table.checked.len(), 2 * 2 * 2 * variants, "{:#?}", table.checked);
     assert!(
         table.checked.iter().any(|c| c.contains("staged/16-rows"))

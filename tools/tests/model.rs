@@ -54,7 +54,9 @@ use replayssm_tools::model::{functions_of_this_build, predict, Point, Prediction
 /// (14 records per verify on average against 6). The model then found staged V's chunk loop
 /// inside the loop that loads state rows: before, at KDA it took a window-build loop for it and
 /// counted every loop once, and Kimi-K3-TP8's V staged (202 instructions per KB) was off the list;
-/// counted right it is 305, owed as Qwen3.5-122B's is.
+/// counted right it is 305, owed as Qwen3.5-122B's is. VB's row splits (`staged/32`,
+/// `staged/16`, the tuning table's choice at small batches) are over budget by design as staged
+/// V's are, more so: each block stages the history and forms its [h][T] matrices again.
 const OWED: &[(&str, &str, &str, f64, f64)] = &[
     ("Qwen3.5-122B", "V", "default", 819.5, 179.7),
     ("Qwen3.5-122B", "V", "staged", 285.8, 50.6),
@@ -67,7 +69,11 @@ const OWED: &[(&str, &str, &str, f64, f64)] = &[
     ("Qwen3.5-122B", "VF", "staged/32", 370.3, 87.2),
     ("Qwen3.5-122B", "VF", "staged/16", 622.4, 115.5),
     ("Qwen3.5-122B", "VB-L16", "staged", 411.1, 64.7),
+    ("Qwen3.5-122B", "VB-L16", "staged/32", 1147.7, 165.2),
+    ("Qwen3.5-122B", "VB-L16", "staged/16", 2129.9, 299.2),
     ("Qwen3.5-122B", "VB-L32", "staged", 528.9, 82.3),
+    ("Qwen3.5-122B", "VB-L32", "staged/32", 1618.9, 235.5),
+    ("Qwen3.5-122B", "VB-L32", "staged/16", 3072.3, 439.8),
     ("Qwen3.5-122B", "D-nonflush", "default", 258.1, 13.2),
     ("Kimi-K3-TP8", "R-window", "-", 324.9, 11.7),
     ("Kimi-K3-TP8", "V", "default", 860.7, 185.4),
@@ -81,7 +87,11 @@ const OWED: &[(&str, &str, &str, f64, f64)] = &[
     ("Kimi-K3-TP8", "VF", "staged/32", 407.8, 89.0),
     ("Kimi-K3-TP8", "VF", "staged/16", 699.4, 119.1),
     ("Kimi-K3-TP8", "VB-L16", "staged", 429.9, 65.6),
+    ("Kimi-K3-TP8", "VB-L16", "staged/32", 1224.5, 168.6),
+    ("Kimi-K3-TP8", "VB-L16", "staged/16", 2283.9, 306.0),
     ("Kimi-K3-TP8", "VB-L32", "staged", 552.9, 83.7),
+    ("Kimi-K3-TP8", "VB-L32", "staged/32", 1716.7, 240.9),
+    ("Kimi-K3-TP8", "VB-L32", "staged/16", 3268.3, 450.6),
     ("Kimi-K3-TP8", "D-nonflush", "default", 283.2, 15.6),
 ];
 
@@ -168,7 +178,7 @@ fn every_hot_loop_fits_the_h200_budget_or_is_owed_and_no_worse() {
         return;
     };
     let grid = predictions(&functions);
-    // Every implementation of the headline shapes is counted (17 per shape).
+    // Every implementation of the headline shapes is counted (23 per shape).
     for (shape, ps) in &grid {
         assert_eq!(
             ps.len(),

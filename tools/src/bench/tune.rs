@@ -21,6 +21,8 @@ pub fn tunable(k: Kernel) -> Option<tuning::Kernel> {
         Kernel::P => Some(tuning::Kernel::P),
         Kernel::DNonflush | Kernel::DFlush => Some(tuning::Kernel::D),
         Kernel::VF => Some(tuning::Kernel::VF),
+        // VB's entries are keyed by T alone: the default cache length's case tunes them.
+        Kernel::VbL16 => Some(tuning::Kernel::VB),
         _ => None,
     }
 }

@@ -7,11 +7,10 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{baseline_step, bits_equal, modelled_shapes, step_spec, verdict, Result, BF16_OUT_TOL};
+use super::{baseline_step, bits_equal, modelled_shapes, step_spec, step_window, verdict, Result, BF16_OUT_TOL};
 use crate::floor::{buffered_step_bytes, step_bytes};
 use crate::outln;
 use crate::staged::DeviceTokens;
-use crate::workload::RecurrentData;
 use replayssm::backend::Backend;
 use replayssm::config::{resolve, EngineFlags};
 use replayssm::dtype::{ActBuffer, DType};
@@ -20,7 +19,7 @@ use replayssm::numerics::compare;
 use replayssm::pool::CheckpointPool;
 use replayssm::problem::{HeadDims, Variant};
 use replayssm::reference;
-use replayssm::BufferedRing;
+use replayssm::{BufferedFold, BufferedRing};
 
 /// Runs `steps` speculative steps with cache length `l` (2 T..=64); see the module comment.
 pub fn run_buffered(backend: Backend, seed: u64, steps: usize, l: usize) -> Result<bool> {
@@ -70,11 +69,7 @@ pub fn run_buffered(backend: Backend, seed: u64, steps: usize, l: usize) -> Resu
         let accept: Vec<i32> = (0..batch).map(|_| rng.gen_range(0..=t as i32)).collect();
         accepted_total += accept.iter().sum::<i32>() as usize;
         for layer in 0..layers {
-            let mut w = RecurrentData::random(
-                &spec,
-                seed.wrapping_mul(7919).wrapping_add((step * layers + layer) as u64),
-            );
-            w.slots = slots.clone();
+            let w = step_window(&spec, seed, step * layers + layer, &slots);
             let n = w.num_tokens();
             let layer_pool = &mut pool_base[layer * layer_len..(layer + 1) * layer_len];
             // VB's outputs against the f64 reference from the baseline's committed state.
@@ -103,11 +98,13 @@ pub fn run_buffered(backend: Backend, seed: u64, steps: usize, l: usize) -> Resu
         // would not fit flushes (kernel F folds its history into every layer's checkpoint).
         let t0 = Instant::now();
         let da = DeviceVec::from_host(&stream, &accept)?;
-        stream.buffered_commit(
+        stream.buffered_fold(
             &mut dpool,
             &mut bring,
             dslots.as_slice(),
-            da.as_slice(),
+            BufferedFold::Commit {
+                accept_lens: da.as_slice(),
+            },
             flush_lens.as_mut_slice(),
         )?;
         stream.check_errors()?;
@@ -127,7 +124,13 @@ pub fn run_buffered(backend: Backend, seed: u64, steps: usize, l: usize) -> Resu
     }
     // The run ends: every request finishes, so its history is folded (the flush).
     let t0 = Instant::now();
-    stream.buffered_flush(&mut dpool, &mut bring, dslots.as_slice(), flush_lens.as_mut_slice())?;
+    stream.buffered_fold(
+        &mut dpool,
+        &mut bring,
+        dslots.as_slice(),
+        BufferedFold::Flush,
+        flush_lens.as_mut_slice(),
+    )?;
     stream.check_errors()?;
     t_vb += t0.elapsed();
     let host = dpool.to_host(&stream)?;

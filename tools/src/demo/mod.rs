@@ -76,6 +76,14 @@ fn step_spec(dims: HeadDims, dtype: DType, t: usize, batch: usize) -> WorkloadSp
 /// The recurrent baseline's step on one layer (`layer_pool`, `[NS, HV, V, K]`): kernel R over
 /// the window `w` writing T snapshots, then the commit copying each row's accepted snapshot
 /// (`accept[b]` of `t`, 0: none) onto its slot's checkpoint. Returns R's outputs.
+/// One layer's window of one step (`index` = step · layers + layer): fresh inputs drawn from the
+/// run's seed, on the run's slots; every mode draws the same ones.
+fn step_window(spec: &WorkloadSpec, seed: u64, index: usize, slots: &[i32]) -> RecurrentData {
+    let mut w = RecurrentData::random(spec, seed.wrapping_mul(7919).wrapping_add(index as u64));
+    w.slots = slots.to_vec();
+    w
+}
+
 fn baseline_step(
     backend: Backend,
     w: &RecurrentData,
@@ -250,11 +258,7 @@ pub fn run(backend: Backend, seed: u64, steps: usize) -> Result<bool> {
         let accept: Vec<i32> = (0..batch).map(|_| rng.gen_range(0..=t as i32)).collect();
         accepted_total += accept.iter().sum::<i32>() as usize;
         for layer in 0..layers {
-            let mut w = RecurrentData::random(
-                &spec,
-                seed.wrapping_mul(7919).wrapping_add((step * layers + layer) as u64),
-            );
-            w.slots = slots.clone();
+            let w = step_window(&spec, seed, step * layers + layer, &slots);
             let n = w.num_tokens();
             // ReplaySSM verify: outputs from the checkpoint, raw window into the ring.
             let mut o_rs = ActBuffer::nan(dtype, n * dims.hv * dims.v);

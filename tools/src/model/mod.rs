@@ -120,7 +120,7 @@ pub enum RepeatsRule {
 }
 
 /// Every implementation the model covers (the bench's kernels at their launch shapes).
-pub const KERNELS: [Kernel; 19] = [
+pub const KERNELS: [Kernel; 23] = [
     k(
         "R-window",
         "-",
@@ -140,8 +140,8 @@ pub const KERNELS: [Kernel; 19] = [
         false,
         RepeatsRule::ChunkedPasses,
     ),
-    // Staged V and VF over fewer rows per block (`block_rows`): more blocks where the batch is
-    // small, each block's window cost spread over less state.
+    // Staged V, VF and VB over fewer rows per block (`block_rows`): more blocks where the batch
+    // is small, each block's window (and VB's history) cost spread over less state.
     k(
         "V",
         "staged/32",
@@ -242,11 +242,47 @@ pub const KERNELS: [Kernel; 19] = [
         RepeatsRule::ChunkedHistory { cache_len: 16 },
     ),
     k(
+        "VB-L16",
+        "staged/32",
+        "verify_buffered_kernel",
+        None,
+        32,
+        false,
+        RepeatsRule::ChunkedHistory { cache_len: 16 },
+    ),
+    k(
+        "VB-L16",
+        "staged/16",
+        "verify_buffered_kernel",
+        None,
+        16,
+        false,
+        RepeatsRule::ChunkedHistory { cache_len: 16 },
+    ),
+    k(
         "VB-L32",
         "staged",
         "verify_buffered_kernel",
         None,
         0,
+        false,
+        RepeatsRule::ChunkedHistory { cache_len: 32 },
+    ),
+    k(
+        "VB-L32",
+        "staged/32",
+        "verify_buffered_kernel",
+        None,
+        32,
+        false,
+        RepeatsRule::ChunkedHistory { cache_len: 32 },
+    ),
+    k(
+        "VB-L32",
+        "staged/16",
+        "verify_buffered_kernel",
+        None,
+        16,
         false,
         RepeatsRule::ChunkedHistory { cache_len: 32 },
     ),

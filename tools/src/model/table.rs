@@ -1,5 +1,5 @@
 //! The model's tuning entries (`replayssm model --write-table`): for every bucket of the model
-//! shapes, the implementation of V, F, P, VF and D the model ranks first, written where that is not
+//! shapes, the implementation of V, F, P, VF, VB and D the model ranks first, written where that is not
 //! the default (a bucket without an entry runs the default, which the model ranks first there).
 //! Measured entries already in the table stay: a device run outranks the model.
 //!
@@ -81,7 +81,15 @@ pub fn write_modelled(functions: &[Function], m: &Machine, table: &mut Table) ->
                     t,
                 };
                 let ps = predict(functions, m, &p);
-                for (case, kernel) in [("V", Kernel::V), ("F", Kernel::F), ("P", Kernel::P), ("VF", Kernel::VF)] {
+                // VB's entries are its rows per block at the default cache length (L = 16).
+                let cases = [
+                    ("V", Kernel::V),
+                    ("F", Kernel::F),
+                    ("P", Kernel::P),
+                    ("VF", Kernel::VF),
+                    ("VB-L16", Kernel::VB),
+                ];
+                for (case, kernel) in cases {
                     if let Some(choice) = best(&ps, case).and_then(|b| choice_of(b.kernel.implementation)) {
                         insert(table, key(kernel, t, batch), choice);
                     }

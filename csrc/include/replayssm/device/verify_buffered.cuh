@@ -220,10 +220,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ?
   const int hv = at.hv, RB = at.RB, rb0 = at.rb0, rows = at.rows, T = p.max_seqlen, L = p.ring.window;
 
   VerifyRequest rq;
-  if (!verify_request(p, at.req, at.reporter, rq)) {
-    verify_skipped_request<Act>(p, at.req, hv, rb0, rb0 + rows);
-    return;
-  }
+  if (!staged_request<Act>(p, at, rq)) return;
   RSSM_DYNAMIC_SMEM(float, smem);
   const WindowSmem w = window_smem(smem, T, K, KDA);
   const StagedTiles tiles(smem, T, K, KDA, RB);

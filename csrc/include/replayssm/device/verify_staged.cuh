@@ -325,6 +325,15 @@ __device__ __forceinline__ const float *checkpoint_head(const rssm_base_params &
          hv * head;
 }
 
+// The request of a staged block (staged V's, VB's); a skipped one gets its rows' outputs zeroed
+// and false.
+template <class Act>
+__device__ __forceinline__ bool staged_request(const rssm_verify_params &p, const StreamBlock &at, VerifyRequest &rq) {
+  if (verify_request(p, at.req, at.reporter, rq)) return true;
+  verify_skipped_request<Act>(p, at.req, at.hv, at.rb0, at.rb0 + at.rows);
+  return false;
+}
+
 // One block per (row block of `block_rows` rows, value head, request). The first two passes'
 // checkpoint rows are requested before the window is built (4 KB per warp in flight at K = 128
 // before the first wait), then each pass requests the rows two passes ahead while it
@@ -344,10 +353,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ?
   const int hv = at.hv, RB = at.RB, rb0 = at.rb0, rows = at.rows, T = p.max_seqlen;
 
   VerifyRequest rq;
-  if (!verify_request(p, at.req, at.reporter, rq)) {
-    verify_skipped_request<Act>(p, at.req, hv, rb0, rb0 + rows);
-    return;
-  }
+  if (!staged_request<Act>(p, at, rq)) return;
   RSSM_DYNAMIC_SMEM(float, smem);
   const WindowSmem w = window_smem(smem, T, K, KDA);
   const StagedTiles tiles(smem, T, K, KDA, RB);
