@@ -532,8 +532,9 @@ fn random_flag_sets_never_panic_accepted_ones_build_pools_refused_ones_name_a_fl
                         let deferred = replayssm::DeferredRing::for_pool(&pool, 4, DType::BF16, true);
                         assert_eq!(deferred.is_ok(), commit == SpecCommit::Deferred, "{f:?}");
                         let buffered = replayssm::BufferedRing::for_pool(&pool, 1, DType::BF16, true);
+                        let is_buffered = matches!(commit, SpecCommit::Buffered { .. });
+                        assert_eq!(buffered.is_ok(), is_buffered, "{f:?}");
                         if let SpecCommit::Buffered { cache_len: l } = commit {
-                            assert!(buffered.is_ok(), "{f:?}");
                             assert_eq!(cfg.pool_role, PoolRole::Local, "{f:?}");
                             assert!(!matches!(cfg.draft, DraftShape::Tree { .. }), "{f:?}");
                             let t = match cfg.draft {
