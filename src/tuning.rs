@@ -46,8 +46,9 @@ pub enum Kernel {
     /// The deferred fold (fold-then-verify).
     VF,
     /// The buffered speculative verify: STAGED only, its rows per block chosen here (keyed by the
-    /// draft window T; the table's entries are the model's at cache length 16, and a choice whose
-    /// shared memory does not fit the call's ring falls back to the most rows that do).
+    /// draft window T; the table's entries are the model's at cache length 16). A choice is taken
+    /// only where its shared memory fits the largest ring; otherwise the launch keeps the whole
+    /// head where it fits, else the most rows that do (`kernels::verify_buffered`).
     VB,
 }
 

@@ -11,7 +11,8 @@
 //! The state between steps is a [`BufferedRing`] (ring of L positions and cursors). Per step:
 //! every layer's [`Stream::verify_buffered`], then [`Stream::buffered_fold`] with
 //! [`BufferedFold::Commit`] (the cursors and kernel F's flush); [`BufferedFold::Flush`] makes
-//! slots' checkpoints current outside the step; [`Stream::buffered_reset`] drops a slot's history when it is handed to a new request.
+//! slots' checkpoints current outside the step; [`Stream::buffered_reset`] drops a slot's history
+//! when it is handed to a new request.
 //!
 //! Device code: `csrc/include/replayssm/device/verify_buffered.cuh` (verify.cuh's
 //! `build_window`, verify_staged.cuh's streaming pass); launcher `csrc/kernels/verify_buffered.cu`;

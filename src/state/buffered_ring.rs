@@ -11,10 +11,10 @@
 //! current.
 //!
 //! Protocol per step (device memory, no host round trip: CUDA-graph capturable): every layer's
-//! `Stream::verify_buffered`, then `Stream::buffered_fold` with `BufferedFold::Commit` (the step's accept lengths) (the
-//! cursor kernel, then kernel F on the flush lengths it wrote; rows that do not flush fold
-//! nothing). A flush and `buffered_reset` run between steps only, never between
-//! one layer's VB and the commit.
+//! `Stream::verify_buffered`, then `Stream::buffered_fold` with `BufferedFold::Commit` and the
+//! step's accept lengths (the cursor kernel, then kernel F on the flush lengths it wrote; rows
+//! that do not flush fold nothing). A flush and `buffered_reset` run between steps only, never
+//! between one layer's VB and the commit.
 
 use crate::checks::params::{buffered_block_rows, buffered_cache_len, buffered_window};
 use crate::config::{GateError, SpecCommit};
