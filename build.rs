@@ -8,9 +8,17 @@
 //!   `$OUT_DIR/kernel_resources.tsv`. `REPLAYSSM_NO_CUDA=1` skips it (emulated backend only).
 //!
 //! Then bindgen turns the public header into `$OUT_DIR/bindings.rs`.
+//!
+//! Every object is kept in `<target>/replayssm-object-cache/`, keyed by a hash of what goes into
+//! it (its source, every header under csrc/, this file, the compiler's path, version and flags,
+//! the target). Cargo runs this script once per profile and feature set (clippy, test, the C
+//! example's build and scripts/install each run it), and nvcc is most of a clean build's time:
+//! with the cache each source compiles once per content. `REPLAYSSM_OBJECT_CACHE=0` turns it off.
 
+use std::collections::hash_map::DefaultHasher;
 use std::env;
 use std::fs;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -25,6 +33,7 @@ fn main() {
         "REPLAYSSM_CUDA_ARCHS",
         "LIBCLANG_PATH",
         "REPLAYSSM_NO_CUDA",
+        "REPLAYSSM_OBJECT_CACHE",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
@@ -32,10 +41,11 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(replayssm_cuda)");
 
     let kernels = launch_layer_sources(&root);
-    build_host(&root, &kernels);
+    let cache = ObjectCache::new(&root, &out);
+    build_host(&root, &kernels, &cache);
 
     let cuda = match find_nvcc(&root) {
-        Some(nvcc) => Some(build_cuda(&root, &out, &nvcc, &kernels)),
+        Some(nvcc) => Some(build_cuda(&root, &out, &nvcc, &kernels, &cache)),
         None => {
             if env::var("REPLAYSSM_REQUIRE_CUDA").as_deref() == Ok("1") {
                 panic!(
@@ -65,9 +75,9 @@ fn launch_layer_sources(root: &Path) -> Vec<PathBuf> {
     files
 }
 
-fn build_host(root: &Path, kernels: &[PathBuf]) {
-    let mut b = cc::Build::new();
-    b.cpp(true)
+fn build_host(root: &Path, kernels: &[PathBuf], cache: &ObjectCache) {
+    let mut base = cc::Build::new();
+    base.cpp(true)
         .std("c++17")
         .opt_level(2) // the emulator is slow enough optimised; never build it at -O0
         .debug(false)
@@ -83,14 +93,39 @@ fn build_host(root: &Path, kernels: &[PathBuf]) {
         .flag_if_supported("-Wall")
         .flag_if_supported("-Wextra")
         .flag("-x")
-        .flag("c++")
-        .file(root.join("csrc/emu/simt.cpp"))
-        .file(root.join("csrc/emu/selftest.cpp"))
-        .file(root.join("csrc/kernels/host_api.cpp"));
-    for k in kernels {
-        b.file(k);
+        .flag("c++");
+    // Resolves the flag checks once; the clones below share their answers.
+    let tool = base.get_compiler();
+    let mut sources = vec![
+        root.join("csrc/emu/simt.cpp"),
+        root.join("csrc/emu/selftest.cpp"),
+        root.join("csrc/kernels/host_api.cpp"),
+    ];
+    sources.extend_from_slice(kernels);
+    let identity = tool_identity(&tool);
+    let keys: Vec<String> = sources.iter().map(|src| cache.key("host", src, &identity)).collect();
+    let mut objects: Vec<Option<PathBuf>> = keys.iter().map(|k| cache.load(k, "o")).collect();
+    // The misses, one compiler per source in parallel (cc's own loop is serial).
+    let compiled: Vec<(usize, PathBuf)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..sources.len())
+            .filter(|&i| objects[i].is_none())
+            .map(|i| {
+                let mut b = base.clone();
+                b.file(&sources[i]);
+                s.spawn(move || (i, b.compile_intermediates().remove(0)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("host compile thread"))
+            .collect()
+    });
+    for (i, obj) in compiled {
+        cache.store(&keys[i], "o", &obj);
+        objects[i] = Some(obj);
     }
-    b.compile("replayssm_host");
+    let objects: Vec<PathBuf> = objects.into_iter().flatten().collect();
+    base.objects(objects).compile("replayssm_host");
 }
 
 fn find_nvcc(root: &Path) -> Option<PathBuf> {
@@ -112,7 +147,7 @@ struct CudaBuild {
     resources: String,
 }
 
-fn build_cuda(root: &Path, out: &Path, nvcc: &Path, kernels: &[PathBuf]) -> CudaBuild {
+fn build_cuda(root: &Path, out: &Path, nvcc: &Path, kernels: &[PathBuf], cache: &ObjectCache) -> CudaBuild {
     let cuda_root = nvcc
         .parent()
         .and_then(Path::parent)
@@ -143,45 +178,71 @@ fn build_cuda(root: &Path, out: &Path, nvcc: &Path, kernels: &[PathBuf]) -> Cuda
 
     let mut sources = kernels.to_vec();
     sources.push(root.join("csrc/kernels/cuda_runtime.cu"));
-    let jobs: Vec<_> = sources
+    let flags = |cmd: &mut Command| {
+        cmd.args(["-std=c++17", "-O3", "--fmad=false", "-Xptxas", "-v", "-t0"])
+            .arg(format!("-I{}", root.join("csrc/include").display()));
+        for a in &archs {
+            cmd.arg(format!("-gencode=arch=compute_{a},code=sm_{a}"));
+        }
+        cmd.arg("-gencode=arch=compute_90,code=compute_90");
+    };
+    let mut identity = tool_identity(&tool);
+    let mut probe = Command::new("nvcc");
+    flags(&mut probe);
+    identity.extend(probe.get_args().map(|a| a.to_string_lossy().into_owned()));
+    identity.push(version.clone());
+    identity.extend(tool_identity(&cc::Build::new().cpp(true).get_compiler())); // nvcc's host compiler
+
+    // Per source: its object in $OUT_DIR (tests/sass.rs reads the cubins there) and ptxas's report,
+    // from the cache where both are there.
+    let keys: Vec<String> = sources.iter().map(|src| cache.key("cuda", src, &identity)).collect();
+    let object = |src: &Path| out.join(format!("{}.cuda.o", src.file_stem().unwrap().to_string_lossy()));
+    let mut compiled: Vec<Option<(PathBuf, String)>> = sources
         .iter()
-        .map(|src| {
-            let obj = out.join(format!("{}.cuda.o", src.file_stem().unwrap().to_string_lossy()));
-            let mut cmd = tool.to_command();
-            cmd.args(["-std=c++17", "-O3", "--fmad=false", "-Xptxas", "-v", "-t0"])
-                .arg(format!("-I{}", root.join("csrc/include").display()));
-            for a in &archs {
-                cmd.arg(format!("-gencode=arch=compute_{a},code=sm_{a}"));
-            }
-            cmd.arg("-gencode=arch=compute_90,code=compute_90");
-            cmd.arg("-c").arg(src).arg("-o").arg(&obj);
-            (src.clone(), obj, cmd)
+        .zip(&keys)
+        .map(|(src, key)| {
+            let report = fs::read_to_string(cache.load(key, "ptxas.txt")?).ok()?;
+            let obj = object(src);
+            fs::copy(cache.load(key, "o")?, &obj).ok()?;
+            Some((obj, report))
         })
         .collect();
     let results: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = jobs
-            .into_iter()
-            .map(|(src, obj, mut cmd)| {
+        let handles: Vec<_> = (0..sources.len())
+            .filter(|&i| compiled[i].is_none())
+            .map(|i| {
+                let (src, obj) = (&sources[i], object(&sources[i]));
+                let mut cmd = tool.to_command();
+                flags(&mut cmd);
+                cmd.arg("-c").arg(src).arg("-o").arg(&obj);
                 s.spawn(move || {
                     let o = cmd.output().unwrap_or_else(|e| panic!("running nvcc: {e}"));
-                    (src, obj, o)
+                    (i, obj, o)
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let mut report = String::from("kernel\tarch\tregisters\tstack_bytes\tspill_stores\tspill_loads\tsmem_bytes\n");
-    let mut archive = cc::Build::new();
-    for (src, obj, o) in results {
-        let stderr = String::from_utf8_lossy(&o.stderr);
+    for (i, obj, o) in results {
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
         if !o.status.success() {
             panic!(
                 "nvcc failed on {}:\n{}{}",
-                src.display(),
+                sources[i].display(),
                 String::from_utf8_lossy(&o.stdout),
                 stderr
             );
         }
+        let report = obj.with_extension("ptxas.txt");
+        if fs::write(&report, &stderr).is_ok() {
+            cache.store(&keys[i], "ptxas.txt", &report);
+        }
+        cache.store(&keys[i], "o", &obj);
+        compiled[i] = Some((obj, stderr));
+    }
+    let mut report = String::from("kernel\tarch\tregisters\tstack_bytes\tspill_stores\tspill_loads\tsmem_bytes\n");
+    let mut archive = cc::Build::new();
+    for (obj, stderr) in compiled.into_iter().flatten() {
         report.push_str(&parse_ptxas_report(&stderr));
         archive.object(obj);
     }
@@ -305,4 +366,113 @@ fn generate_bindings(root: &Path, out: &Path) {
             )
         });
     bindings.write_to_file(out.join("bindings.rs")).expect("write bindings");
+}
+
+/// A compiler as the cache key sees it: its path, its flags (cc folds CFLAGS/CXXFLAGS in) and
+/// what `--version` prints.
+fn tool_identity(tool: &cc::Tool) -> Vec<String> {
+    let mut id = vec![tool.path().display().to_string()];
+    id.extend(tool.args().iter().map(|a| a.to_string_lossy().into_owned()));
+    let version = Command::new(tool.path()).arg("--version").output();
+    id.push(
+        version
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default(),
+    );
+    id
+}
+
+/// Objects kept by the hash of their inputs, shared by every profile of one target directory.
+/// Any failure to read or write it only costs a compile: a cache never fails the build.
+struct ObjectCache {
+    dir: Option<PathBuf>,
+    /// What every source may include: csrc/'s headers (by path and content), this script, the
+    /// target.
+    shared: u64,
+}
+
+impl ObjectCache {
+    /// Files kept: about four builds' worth; the least recently used go first.
+    const KEEP: usize = 160;
+
+    fn new(root: &Path, out: &Path) -> Self {
+        // OUT_DIR is <target>/[<triple>/]<profile>/build/<package>-<hash>/out.
+        let build = out.ancestors().nth(2);
+        let enabled = env::var("REPLAYSSM_OBJECT_CACHE").as_deref() != Ok("0");
+        let dir = match build {
+            Some(b) if enabled && b.file_name().is_some_and(|n| n == "build") => b
+                .parent()
+                .and_then(Path::parent)
+                .map(|t| t.join("replayssm-object-cache")),
+            _ => None,
+        };
+        let mut files = Vec::new();
+        collect_files(&root.join("csrc"), &mut files);
+        files.retain(|f| !f.extension().is_some_and(|x| x == "cu" || x == "cpp"));
+        files.sort();
+        files.push(root.join("build.rs"));
+        let mut h = DefaultHasher::new();
+        for f in &files {
+            f.strip_prefix(root).unwrap_or(f).hash(&mut h);
+            fs::read(f).expect("read a build input").hash(&mut h);
+        }
+        env::var("TARGET").unwrap_or_default().hash(&mut h);
+        ObjectCache {
+            dir,
+            shared: h.finish(),
+        }
+    }
+
+    fn key(&self, kind: &str, source: &Path, identity: &[String]) -> String {
+        let mut h = DefaultHasher::new();
+        self.shared.hash(&mut h);
+        source.file_name().hash(&mut h);
+        fs::read(source).expect("read a source").hash(&mut h);
+        identity.hash(&mut h);
+        format!("{kind}-{:016x}", h.finish())
+    }
+
+    /// The cached file, marked as used.
+    fn load(&self, key: &str, ext: &str) -> Option<PathBuf> {
+        let path = self.dir.as_ref()?.join(format!("{key}.{ext}"));
+        let file = fs::File::options().append(true).open(&path).ok()?;
+        let _ = file.set_modified(std::time::SystemTime::now());
+        Some(path)
+    }
+
+    /// Copies `file` in; it appears by an atomic rename, so a reader never sees half of it.
+    fn store(&self, key: &str, ext: &str, file: &Path) {
+        let Some(dir) = &self.dir else { return };
+        let tmp = dir.join(format!(".{key}.{ext}.{}", std::process::id()));
+        if fs::create_dir_all(dir).is_err()
+            || fs::copy(file, &tmp).is_err()
+            || fs::rename(&tmp, dir.join(format!("{key}.{ext}"))).is_err()
+        {
+            let _ = fs::remove_file(&tmp);
+            return;
+        }
+        let mut entries: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+            .collect();
+        if entries.len() > Self::KEEP {
+            entries.sort();
+            for (_, p) in entries.iter().take(entries.len() - Self::KEEP) {
+                let _ = fs::remove_file(p);
+            }
+        }
+    }
+}
+
+fn collect_files(dir: &Path, files: &mut Vec<PathBuf>) {
+    for e in fs::read_dir(dir).expect("read csrc").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            collect_files(&p, files);
+        } else {
+            files.push(p);
+        }
+    }
 }
