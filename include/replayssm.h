@@ -47,7 +47,7 @@
  *   accept_lens [batch] i32: ring records committed, 0..window, including the bonus token.
  *   cu_seqlens [batch + 1] i32: request r owns tokens cu_seqlens[r]..cu_seqlens[r+1]; it starts
  *               at 0 and ends at num_tokens (a token outside every request is refused or flagged).
- *   Head dims: K in {32, 64, 128, 256}; HV a multiple of H. On CUDA, state (and ring_k of the
+ *   Head dims: K in {32, 64, 96, 128, 256}; HV a multiple of H. On CUDA, state (and ring_k of the
  *   decode ring) must be 16-byte aligned.
  */
 
@@ -127,9 +127,11 @@
 #define REPLAYSSM_MAX_BUFFERED_CACHE_LEN 64
 
 /*
- Key head dims K the kernels are compiled for, as a set of powers of two (32 | 64 | 128 | 256).
+ Key head dims K the kernels are compiled for, in units of 32: bit i set means K = 32 (i + 1)
+ is compiled (32, 64, 96, 128, 256). It replaces `REPLAYSSM_HEAD_DIMS_MASK` (powers of two),
+ which could not name K = 96.
  */
-#define REPLAYSSM_HEAD_DIMS_MASK 480
+#define REPLAYSSM_HEAD_DIMS_MASK32 143
 
 /*
  What every entry returns.
@@ -141,7 +143,7 @@ typedef enum replayssm_status {
    */
   REPLAYSSM_ERR_INVALID_ARGUMENT = 1,
   /*
-   Well formed but not compiled in (head dim K outside {32, 64, 128, 256}).
+   Well formed but not compiled in (head dim K outside {32, 64, 96, 128, 256}).
    */
   REPLAYSSM_ERR_UNSUPPORTED = 2,
   /*

@@ -18,15 +18,16 @@ pub const MAX_V: usize = ffi::RSSM_MAX_V as usize;
 /// Most requests of one launch, and most value heads (`RSSM_MAX_BATCH`: a grid dimension).
 pub const MAX_BATCH: usize = ffi::RSSM_MAX_BATCH as usize;
 
-const HEAD_DIMS_MASK: u32 = ffi::RSSM_HEAD_DIMS_MASK;
+const HEAD_DIMS_MASK32: u32 = ffi::RSSM_HEAD_DIMS_MASK32;
 
-/// Key head dims K the CUDA and emulated kernels are compiled for (`RSSM_HEAD_DIMS_MASK`).
-pub const KERNEL_HEAD_DIMS: [usize; HEAD_DIMS_MASK.count_ones() as usize] = {
-    let mut out = [0usize; HEAD_DIMS_MASK.count_ones() as usize];
+/// Key head dims K the CUDA and emulated kernels are compiled for (`RSSM_HEAD_DIMS_MASK32`: bit i
+/// is K = 32 (i + 1)), ascending.
+pub const KERNEL_HEAD_DIMS: [usize; HEAD_DIMS_MASK32.count_ones() as usize] = {
+    let mut out = [0usize; HEAD_DIMS_MASK32.count_ones() as usize];
     let (mut bit, mut i) = (0, 0);
     while bit < 32 {
-        if HEAD_DIMS_MASK & (1 << bit) != 0 {
-            out[i] = 1 << bit;
+        if HEAD_DIMS_MASK32 & (1 << bit) != 0 {
+            out[i] = 32 * (bit + 1);
             i += 1;
         }
         bit += 1;
@@ -74,8 +75,9 @@ pub fn supported_head_dim(k: usize) -> bool {
 mod tests {
     #[test]
     fn the_header_mask_spells_the_compiled_head_dims() {
-        assert_eq!(super::KERNEL_HEAD_DIMS, [32, 64, 128, 256]);
-        assert!(super::supported_head_dim(128) && !super::supported_head_dim(48) && !super::supported_head_dim(16));
+        assert_eq!(super::KERNEL_HEAD_DIMS, [32, 64, 96, 128, 256]);
+        assert!(super::supported_head_dim(96) && !super::supported_head_dim(48) && !super::supported_head_dim(16));
+        assert!(!super::supported_head_dim(160) && !super::supported_head_dim(512));
         assert_eq!(
             (super::MAX_VERIFY_WINDOW, super::MAX_CACHE_LEN, super::MAX_BATCH),
             (16, 65536, 65535)

@@ -7,7 +7,7 @@
 //! their dtype and the final state `STATE_TOLERANCE`, like R's.
 mod common;
 
-use common::{bits_equal, gpu_available, output_tolerance, run, safe_gate, say, spec, STATE_TOLERANCE};
+use common::{bits_equal, gpu_available, output_tolerance, run, safe_gate, say, spec, K96, STATE_TOLERANCE};
 use replayssm::config::{resolve, EngineFlags, GateError, Mode, PoolRole};
 use replayssm::numerics::compare;
 use replayssm::reference;
@@ -131,6 +131,19 @@ fn the_safe_gate_decodes_bit_identical_to_recurrent_and_within_f64_tolerance() {
         let data = RecurrentData::random(&s, seed() + 3);
         let out = check_against_recurrent(Backend::Emulated, &data, 3, None);
         check_against_f64(&data, &out, &format!("safe gate {variant} {dtype}"));
+    }
+}
+
+#[test]
+fn k96_decodes_bit_identical_to_recurrent_and_within_f64_tolerance() {
+    let dims = K96;
+    for (i, (variant, dtype)) in [(Variant::Gdn, DType::BF16), (Variant::Kda, DType::F32)]
+        .into_iter()
+        .enumerate()
+    {
+        let data = data(variant, dims, dtype, &[11, 6], seed() + 96 + i as u64);
+        let out = check_against_recurrent(Backend::Emulated, &data, 4, None);
+        check_against_f64(&data, &out, &format!("K = 96 {variant} {dtype}"));
     }
 }
 

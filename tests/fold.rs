@@ -79,6 +79,15 @@ fn fold_and_replay_are_bit_identical_to_recurrent_at_k128_with_two_layers_and_gq
 }
 
 #[test]
+fn fold_and_replay_are_bit_identical_to_recurrent_at_k96() {
+    // Three channels per lane: the one compiled head dim with no vector width. GDN over two layers
+    // and two requests, KDA over one layer and three.
+    let seed = 96 + std::process::id() as u64;
+    chain(Backend::Emulated, Variant::Gdn, K96, DType::BF16, 2, 2, 150, seed);
+    chain(Backend::Emulated, Variant::Kda, K96, DType::F32, 1, 3, 150, seed + 1);
+}
+
+#[test]
 fn fold_with_three_requests_and_track_slots_on_a_mid_shape() {
     let dims = HeadDims {
         h: 2,

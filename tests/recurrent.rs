@@ -44,6 +44,7 @@ const SHAPES: &[(HeadDims, &[usize])] = &[
         },
         &[2, 3],
     ), // widest K, HV = 2H
+    (K96, &[3, 2]), // K = 96: three channels per lane, no vector width (SGLang's batched-fold tests)
 ];
 
 /// The design §6 rule for one backend run: elementwise tolerance, no NaN (outputs were

@@ -51,7 +51,7 @@ fn path_oracle(data: &RecurrentData, tree: &DraftTree, layer_pool: &[f32]) -> Ve
     out
 }
 
-fn dims_list() -> [HeadDims; 3] {
+fn dims_list() -> [HeadDims; 4] {
     [
         HeadDims {
             h: 2,
@@ -71,6 +71,8 @@ fn dims_list() -> [HeadDims; 3] {
             k: 128,
             v: 64,
         },
+        // K = 96 (three channels per lane), last: the tests below that pick by index keep theirs.
+        K96,
     ]
 }
 

@@ -341,6 +341,24 @@ fn vb_chain_on_the_gpu() {
 }
 
 #[test]
+fn vb_at_k96_flushes_bit_identical_to_v_plus_f_and_recurrent() {
+    let dims = K96;
+    let steps = chain_steps(120).min(120);
+    for (variant, dtype, cache_len, seed) in [(Variant::Gdn, DType::BF16, 16, 96), (Variant::Kda, DType::F16, 8, 97)] {
+        chain(
+            Backend::Emulated,
+            variant,
+            dims,
+            dtype,
+            1,
+            cache_len,
+            steps,
+            run_seed() + seed,
+        );
+    }
+}
+
+#[test]
 fn vb_with_gqa_heads_and_a_long_history() {
     let dims = HeadDims {
         h: 1,

@@ -316,6 +316,13 @@ fn vf_with_three_requests_two_layers_gqa_and_every_f_and_v_implementation() {
 }
 
 #[test]
+fn vf_at_k96_is_bit_identical_to_v_plus_f_and_recurrent() {
+    let seed = 196 + std::process::id() as u64;
+    chain(Backend::Emulated, Variant::Gdn, K96, DType::BF16, 1, 2, 40, seed);
+    chain(Backend::Emulated, Variant::Kda, K96, DType::F32, 1, 2, 40, seed + 1);
+}
+
+#[test]
 fn reference_backend_vf_is_bit_identical_to_its_v_plus_f() {
     let dims = HeadDims {
         h: 1,

@@ -195,6 +195,20 @@ SCENARIOS = {
         seqlens=[2, 4, 3], slots=[3, -1, 0], accept=[1, 4, 3],
         track_slots=[4, -1, -1], track_steps=[0, 0, -1],
     ),
+    # K = 96, the head size of SGLang's batched-fold and ring-fused tests (three channels per lane
+    # in ours): GDN bf16 with GQA, a null row, a whole-window accept, a track at the last step.
+    "gdn_bf16_k96": dict(
+        kda=False, act="bf16", H=1, HV=2, K=96, V=32, NL=2, NS=5, W=8, null=-1, seed=8,
+        seqlens=[3, 4, 2], slots=[2, -1, 0], accept=[2, 4, 2],
+        track_slots=[4, -1, 1], track_steps=[1, 0, 1],
+    ),
+    # K = 96, KDA, f32 (so the NumPy adapter runs it too), null_block_id = 0 with a request on
+    # slot 0, a null row, a track with step -1.
+    "kda_f32_k96": dict(
+        kda=True, act="f32", H=1, HV=2, K=96, V=32, NL=2, NS=5, W=8, null=0, seed=9,
+        seqlens=[4, 2, 3], slots=[1, 0, -1], accept=[3, 2, 1],
+        track_slots=[2, 3, -1], track_steps=[2, -1, 0],
+    ),
 }
 
 ACT = {"bf16": torch.bfloat16, "f32": torch.float32}
@@ -487,6 +501,9 @@ DECODE_SCENARIOS = {
                                force=[(5, 1)], null_from=(7, 1)),
     "decode_kda_f32_kv": dict(kda=True, H=2, HV=2, K=32, V=64, NS=4, L=4, S=10, slots=[3, 1], seed=12,
                               force=[(2, 0)], null_from=(8, 0)),
+    # K = 96 (three channels per lane in ours).
+    "decode_gdn_f32_k96": dict(kda=False, H=1, HV=2, K=96, V=32, NS=4, L=4, S=10, slots=[1, 3], seed=13,
+                               force=[(3, 0)], null_from=(8, 1)),
 }
 
 

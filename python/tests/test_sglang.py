@@ -61,6 +61,11 @@ def test_the_goldens_are_there():
     assert wide and all(t[n].dtype == np.int64 for t in wide for n in ("cu_seqlens", "state_indices", "accept_lens",
                                                                        "track_slots", "track_steps"))
     assert all(m.get("bf16_rounding", "").startswith("nearest even") for _, m in map(read_safetensors, GOLDENS))
+    # K = 96, the head size of SGLang's batched-fold and ring-fused tests: a verify/fold golden the
+    # adapter runs (f32) and a buffered-decode one.
+    k96 = [m for _, m in map(read_safetensors, GOLDENS) if m["K"] == "96"]
+    assert any(m["act_dtype"] == "f32" for m in k96) and any(m["act_dtype"] == "bf16" for m in k96), k96
+    assert any(read_safetensors(p)[1]["K"] == "96" for p in DECODES)
 
 
 def ulps(a, b):

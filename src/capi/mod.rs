@@ -43,7 +43,7 @@ pub enum replayssm_status {
     REPLAYSSM_OK = 0,
     /// A field is inconsistent: NULL pointer, size or stride out of range, unknown enum value.
     REPLAYSSM_ERR_INVALID_ARGUMENT = 1,
-    /// Well formed but not compiled in (head dim K outside {32, 64, 128, 256}).
+    /// Well formed but not compiled in (head dim K outside {32, 64, 96, 128, 256}).
     REPLAYSSM_ERR_UNSUPPORTED = 2,
     /// The CUDA runtime refused the launch: see `replayssm_last_cuda_error()`.
     REPLAYSSM_ERR_CUDA = 3,
@@ -120,8 +120,10 @@ pub const REPLAYSSM_MAX_CACHE_LEN: i32 = 65536;
 /// Longest spec ring of the buffered speculative verify (`cache_len`, the ring's `window` in
 /// `replayssm_verify_buffered`): VB stages a slot's history in shared memory.
 pub const REPLAYSSM_MAX_BUFFERED_CACHE_LEN: i32 = 64;
-/// Key head dims K the kernels are compiled for, as a set of powers of two (32 | 64 | 128 | 256).
-pub const REPLAYSSM_HEAD_DIMS_MASK: u32 = 0x1E0;
+/// Key head dims K the kernels are compiled for, in units of 32: bit i set means K = 32 (i + 1)
+/// is compiled (32, 64, 96, 128, 256). It replaces `REPLAYSSM_HEAD_DIMS_MASK` (powers of two),
+/// which could not name K = 96.
+pub const REPLAYSSM_HEAD_DIMS_MASK32: u32 = 0x8F;
 
 const _: () = {
     assert!(REPLAYSSM_MAX_VERIFY_WINDOW as u32 == crate::ffi::RSSM_MAX_VERIFY_WINDOW);
@@ -134,7 +136,7 @@ const _: () = {
     assert!(REPLAYSSM_DEVERR_TRACK_STEP == crate::ffi::RSSM_DEVERR_TRACK_STEP);
     assert!(REPLAYSSM_MAX_V as u32 == crate::ffi::RSSM_MAX_V);
     assert!(REPLAYSSM_MAX_CACHE_LEN as u32 == crate::ffi::RSSM_MAX_CACHE_LEN);
-    assert!(REPLAYSSM_HEAD_DIMS_MASK == crate::ffi::RSSM_HEAD_DIMS_MASK);
+    assert!(REPLAYSSM_HEAD_DIMS_MASK32 == crate::ffi::RSSM_HEAD_DIMS_MASK32);
     assert!(REPLAYSSM_MAX_BUFFERED_CACHE_LEN as u32 == crate::ffi::RSSM_MAX_BUFFERED_CACHE_LEN);
     // The public enums pass through as int32 into the kernel layer's params: same values.
     use crate::ffi as k;

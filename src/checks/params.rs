@@ -189,7 +189,8 @@ fn problem(h: i32, hv: i32, k: i32, v: i32, dtype: i32, variant: i32, qk_l2norm:
     }
     if !crate::limits::supported_head_dim(k as usize) {
         return Err(unsupported(format!(
-            "K = {k}: the kernels are compiled for head dims 32, 64, 128 and 256"
+            "K = {k}: the kernels are compiled for head dims {:?}",
+            crate::limits::KERNEL_HEAD_DIMS
         )));
     }
     in_range(dtype, 0, 2, "dtype (0 = f32, 1 = f16, 2 = bf16)")?;

@@ -52,6 +52,15 @@ pub fn reordered_bound(naive_err: f64, reference: &[f64]) -> f64 {
 
 pub const STATE_TOLERANCE: Tolerance = Tolerance { atol: 1e-6, rtol: 1e-5 };
 
+/// K = 96: a lane holds three channels, the one compiled head dim with no vector width (the head
+/// size of SGLang's batched-fold and ring-fused tests).
+pub const K96: HeadDims = HeadDims {
+    h: 1,
+    hv: 2,
+    k: 96,
+    v: 32,
+};
+
 /// The safe gate (Kimi's KDA, SGLang's `lower_bound`) at the bound Kimi's models use.
 pub fn safe_gate() -> replayssm::GateForm {
     replayssm::GateForm::Bounded(replayssm::LowerBound::new(-5.0).expect("a negative bound"))

@@ -793,6 +793,9 @@ fn our_kernels_match_sglangs_on_every_golden() {
         "kda_f32",
         "kda_f32_safe",
         "kda_bf16_safe",
+        // K = 96 (SGLang's batched-fold and ring-fused tests' head size), both variants.
+        "gdn_bf16_k96",
+        "kda_f32_k96",
     ] {
         assert!(
             names.iter().any(|n| n.starts_with(want)),

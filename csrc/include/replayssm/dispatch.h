@@ -29,8 +29,9 @@ template <class Launch> int dispatch(const rssm_base_params &base, const Launch 
   switch (K) {
     case 32: return by_dtype(std::integral_constant<int, 1>{});
     case 64: return by_dtype(std::integral_constant<int, 2>{});
+    case 96: return by_dtype(std::integral_constant<int, 3>{});
     case 128: return by_dtype(std::integral_constant<int, 4>{});
-    default: return by_dtype(std::integral_constant<int, 8>{});
+    default: return by_dtype(std::integral_constant<int, 8>{});  // 256
   }
 }
 

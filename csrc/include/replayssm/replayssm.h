@@ -91,9 +91,10 @@ typedef enum rssm_impl {
 /* Longest buffered-decode ring (pending records per slot and layer) kernel D accepts. */
 #define RSSM_MAX_CACHE_LEN 65536
 
-/* Key head dims K the kernels are compiled for, as a set of powers of two (32 | 64 | 128 | 256):
- * the one list every binding reads (can_implement, the Rust checks, Python). */
-#define RSSM_HEAD_DIMS_MASK 0x1E0u
+/* Key head dims K the kernels are compiled for, in units of 32: bit i set means K = 32 (i + 1)
+ * (32, 64, 96, 128 and 256: a lane holds K / 32 = 1, 2, 3, 4 or 8 channels of a state row). The
+ * one list every binding reads (can_implement, the Rust checks, Python). */
+#define RSSM_HEAD_DIMS_MASK32 0x8Fu
 
 /* Most requests (rows) of one launch: a grid dimension. */
 #define RSSM_MAX_BATCH 65535

@@ -207,9 +207,11 @@ __device__ __forceinline__ void buffered_row_history(const HistorySmem &hs, cons
   }
 }
 
-// Staged V's kernel with the history's terms (min-blocks hint as staged V's; tests/resources.rs).
+// Staged V's kernel with the history's terms. Min-blocks hint as staged V's, except at EPL 3,
+// whose f32 GDN instantiation spills at 5 blocks' 96 registers: 4 blocks, as at EPL 4
+// (tests/resources.rs).
 template <int EPL, class Act, bool KDA>
-__global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL == 4 ? 4 : 5)
+__global__ void __launch_bounds__(RowTiling::kThreads, EPL >= 8 ? 1 : EPL >= 3 ? 4 : 5)
     verify_buffered_kernel(const rssm_verify_buffered_params vb) {
   const rssm_verify_params &p = vb.verify;
   constexpr int K = kWarpSize * EPL;
