@@ -10,8 +10,8 @@
 //! Then bindgen turns the public header into `$OUT_DIR/bindings.rs`.
 //!
 //! Every object is kept in `<target>/replayssm-object-cache/`, keyed by a hash of what goes into
-//! it (its source, every header under csrc/, this file, the compiler's path, version and flags,
-//! the target). Cargo runs this script once per profile and feature set (clippy, test, the C
+//! it (its source and the headers it includes, the compiler's path, version and flags, the
+//! target). Cargo runs this script once per profile and feature set (clippy, test, the C
 //! example's build and scripts/install each run it), and nvcc is most of a clean build's time:
 //! with the cache each source compiles once per content. `REPLAYSSM_OBJECT_CACHE=0` turns it off.
 
@@ -386,9 +386,8 @@ fn tool_identity(tool: &cc::Tool) -> Vec<String> {
 /// Any failure to read or write it only costs a compile: a cache never fails the build.
 struct ObjectCache {
     dir: Option<PathBuf>,
-    /// What every source may include: csrc/'s headers (by path and content), this script, the
-    /// target.
-    shared: u64,
+    /// Where `#include "..."` is looked up after the including file's own folder.
+    include_dirs: Vec<PathBuf>,
 }
 
 impl ObjectCache {
@@ -406,29 +405,47 @@ impl ObjectCache {
                 .map(|t| t.join("replayssm-object-cache")),
             _ => None,
         };
-        let mut files = Vec::new();
-        collect_files(&root.join("csrc"), &mut files);
-        files.retain(|f| !f.extension().is_some_and(|x| x == "cu" || x == "cpp"));
-        files.sort();
-        files.push(root.join("build.rs"));
-        let mut h = DefaultHasher::new();
-        for f in &files {
-            f.strip_prefix(root).unwrap_or(f).hash(&mut h);
-            fs::read(f).expect("read a build input").hash(&mut h);
-        }
-        env::var("TARGET").unwrap_or_default().hash(&mut h);
         ObjectCache {
             dir,
-            shared: h.finish(),
+            include_dirs: vec![root.join("csrc/include"), root.join("csrc/emu")],
         }
     }
 
+    /// A source's key: its bytes and those of every file it includes with quotes, transitively
+    /// (so a header change recompiles only its includers), the compiler's identity (path, flags,
+    /// version: the whole command but the file names) and the target.
     fn key(&self, kind: &str, source: &Path, identity: &[String]) -> String {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo = vec![source.to_path_buf()];
+        while let Some(f) = todo.pop() {
+            if !seen.insert(f.clone()) {
+                continue;
+            }
+            let text = fs::read_to_string(&f).expect("read a build input");
+            for line in text.lines() {
+                let Some(name) = line
+                    .trim_start()
+                    .strip_prefix("#include \"")
+                    .and_then(|r| r.split('"').next())
+                else {
+                    continue;
+                };
+                let here = f.parent().map(|d| d.join(name));
+                let found = here
+                    .into_iter()
+                    .chain(self.include_dirs.iter().map(|d| d.join(name)))
+                    .find(|p| p.is_file());
+                // An include no folder holds is a system header (or an error nvcc reports).
+                todo.extend(found);
+            }
+        }
         let mut h = DefaultHasher::new();
-        self.shared.hash(&mut h);
-        source.file_name().hash(&mut h);
-        fs::read(source).expect("read a source").hash(&mut h);
+        for f in &seen {
+            f.file_name().hash(&mut h);
+            fs::read(f).expect("read a build input").hash(&mut h);
+        }
         identity.hash(&mut h);
+        env::var("TARGET").unwrap_or_default().hash(&mut h);
         format!("{kind}-{:016x}", h.finish())
     }
 
@@ -462,17 +479,6 @@ impl ObjectCache {
             for (_, p) in entries.iter().take(entries.len() - Self::KEEP) {
                 let _ = fs::remove_file(p);
             }
-        }
-    }
-}
-
-fn collect_files(dir: &Path, files: &mut Vec<PathBuf>) {
-    for e in fs::read_dir(dir).expect("read csrc").flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            collect_files(&p, files);
-        } else {
-            files.push(p);
         }
     }
 }
