@@ -8,12 +8,14 @@ cd "$(dirname "$0")/../.."
 profile=${1:-debug}
 target=${CARGO_TARGET_DIR:-target}
 features=(--features "${REPLAYSSM_CARGO_FEATURES:-}")
-# --tests: resolve features as `cargo test` does (dev-dependencies included), so the build
-# script and the CUDA objects of the test run are reused instead of rebuilt.
+# --workspace --tests: resolve features as `cargo test --workspace` does (the tools crate and
+# dev-dependencies included), so the dependencies, the build script and the kernel objects of the
+# test run are reused instead of rebuilt (without --workspace cargo unified other features and
+# rebuilt serde and everything above it: 100 s of scripts/test).
 if [ "$profile" = release ]; then
-  cargo build --locked --lib --tests --release "${features[@]}"
+  cargo build --workspace --locked --lib --tests --release "${features[@]}"
 else
-  cargo build --locked --lib --tests "${features[@]}"
+  cargo build --workspace --locked --lib --tests "${features[@]}"
 fi
 out="$target/$profile/examples-c"
 mkdir -p "$out"
