@@ -363,7 +363,13 @@ typedef struct replayssm_recurrent_params {
   int32_t num_tokens;
   int32_t max_seqlen;
   int32_t write_state;
-  int32_t reserved;
+  /*
+   `REPLAYSSM_DTYPE_F32` (0): the f32 update. The activations' f16/bf16: each token's
+   corrected delta `u` and key are rounded to it before the rank-1 update, as a decode ring
+   of that dtype holds them, so the state is the one `replayssm_decode` with such a ring
+   flushes, bit for bit. (ABI 3 had it reserved, 0.)
+   */
+  int32_t record_dtype;
 } replayssm_recurrent_params;
 
 /*
@@ -439,11 +445,26 @@ typedef struct replayssm_decode_params {
   struct replayssm_token_params tokens;
   const int32_t *positions;
   const int32_t *force_flush;
-  float *ring_d;
-  float *ring_k;
+  /*
+   `[NL, NS, HV, L, V]` of `ring_dtype`.
+   */
+  void *ring_d;
+  /*
+   `[NL, NS, H, L, K]` of `ring_dtype`.
+   */
+  void *ring_k;
+  /*
+   `[NL, NS, HV, L]` (KDA `[.., K]`) f32.
+   */
   float *ring_g;
   int32_t cache_len;
-  int32_t reserved;
+  /*
+   `replayssm_dtype` of `ring_d` and `ring_k`: `REPLAYSSM_DTYPE_F32` (0), or the activations'
+   f16/bf16 (records rounded to nearest even; the flush is then the state of
+   `replayssm_recurrent` with `record_dtype` set alike). The materialise entry takes any.
+   (ABI 3 had it reserved, 0.)
+   */
+  int32_t ring_dtype;
 } replayssm_decode_params;
 
 /*

@@ -26,7 +26,7 @@ assert_layout!(rssm_ring_params, size = 40, {
 });
 
 assert_layout!(rssm_recurrent_params, size = 264, {
-    base = 0, tokens = 96, cu_seqlens = 232, snapshots = 240, num_tokens = 248, max_seqlen = 252, write_state = 256, reserved = 260,
+    base = 0, tokens = 96, cu_seqlens = 232, snapshots = 240, num_tokens = 248, max_seqlen = 252, write_state = 256, record_dtype = 260,
 });
 
 assert_layout!(rssm_verify_params, size = 296, {
@@ -42,7 +42,7 @@ assert_layout!(rssm_replay_params, size = 144, {
 });
 
 assert_layout!(rssm_decode_params, size = 280, {
-    base = 0, tokens = 96, positions = 232, force_flush = 240, ring_d = 248, ring_k = 256, ring_g = 264, cache_len = 272, reserved = 276,
+    base = 0, tokens = 96, positions = 232, force_flush = 240, ring_d = 248, ring_k = 256, ring_g = 264, cache_len = 272, ring_dtype = 276,
 });
 
 assert_layout!(rssm_cursor_params, size = 56, {

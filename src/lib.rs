@@ -79,7 +79,7 @@ pub use dtype::{ActBuffer, ActView, ActViewMut, DType};
 pub use error::{Error, Result, Status};
 pub use kernels::decode::{decode, materialize, DecodeInputs};
 pub use kernels::fold::{fold, track_step, Accepted, DeviceAccepted, Track};
-pub use kernels::recurrent::{recurrent, RecurrentOutputs, RecurrentPlan};
+pub use kernels::recurrent::{recurrent, recurrent_with_records, RecurrentOutputs, RecurrentPlan};
 pub use kernels::replay::replay;
 pub use kernels::tree::{AcceptedPaths, DraftTree};
 pub use kernels::verify::verify;

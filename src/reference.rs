@@ -87,11 +87,13 @@ pub fn l2_normalize<R: Real>(x: &mut [R]) {
 /// (one value, or K for KDA), normalised key `k` and value `v`.
 pub fn delta_rule_update<R: Real>(s: &mut [R], dims: &HeadDims, decay: &[R], k: &[R], v: &[R], beta: R) {
     let mut u = vec![R::from_f32(0.0); dims.v];
-    delta_rule_update_u(s, dims, decay, k, v, beta, &mut u);
+    delta_rule_update_u(s, dims, decay, k, v, beta, crate::DType::F32, &mut u);
 }
 
 /// [`delta_rule_update`] that also returns each row's corrected delta `u` (what kernel D's ring
-/// stores).
+/// stores). With f16/bf16 `records`, `u` and the key of the rank-1 term are rounded to them
+/// first, as kernel D's update with such a ring rounds them (`S k` stays unrounded).
+#[allow(clippy::too_many_arguments)]
 pub fn delta_rule_update_u<R: Real>(
     s: &mut [R],
     dims: &HeadDims,
@@ -99,8 +101,12 @@ pub fn delta_rule_update_u<R: Real>(
     k: &[R],
     v: &[R],
     beta: R,
+    records: crate::DType,
     u_out: &mut [R],
 ) {
+    let round = |x: R| R::from_f32(records.round(x.to_f32()));
+    let rounds = records != crate::DType::F32;
+    let k_rank1: Vec<R> = k.iter().map(|&x| if rounds { round(x) } else { x }).collect();
     let kd = dims.k;
     for ((row, &vr), uo) in s.chunks_exact_mut(kd).zip(v).zip(u_out.iter_mut()) {
         for (j, e) in row.iter_mut().enumerate() {
@@ -110,9 +116,12 @@ pub fn delta_rule_update_u<R: Real>(
         for (e, &kj) in row.iter().zip(k) {
             dot = dot + *e * kj;
         }
-        let u = (vr - dot) * beta;
+        let mut u = (vr - dot) * beta;
+        if rounds {
+            u = round(u);
+        }
         *uo = u;
-        for (e, &kj) in row.iter_mut().zip(k) {
+        for (e, &kj) in row.iter_mut().zip(&k_rank1) {
             *e = *e + u * kj;
         }
     }

@@ -170,9 +170,9 @@ mod shared_table {
     use super::common::{spec, spec_chain::spec_pool};
     use replayssm::config::{resolve, EngineFlags};
     use replayssm::{
-        decode, fold, materialize, recurrent, replay, verify, verify_fold, AcceptedPaths, ActBuffer, Backend,
-        BufferedFold, CheckpointPool, DType, DecodeRing, DeferredRing, DraftTree, ForceFlush, GateForm, HeadDims,
-        RecurrentOutputs, RingShape, SpecRing, Variant,
+        decode, fold, materialize, recurrent_with_records, replay, verify, verify_fold, AcceptedPaths, ActBuffer,
+        Backend, BufferedFold, CheckpointPool, DType, DecodeRing, DeferredRing, DraftTree, ForceFlush, GateForm,
+        HeadDims, RecurrentOutputs, RingShape, SpecRing, Variant,
     };
     use replayssm_tools::workload::{GateData, RecurrentData};
 
@@ -388,8 +388,20 @@ mod shared_table {
         match row.entry.as_str() {
             "recurrent" => {
                 d.slots = slots;
+                let records = match (row.name.as_str(), row.value.as_str()) {
+                    ("record_dtype", "0") | ("record_dtype", "f32") => DType::F32,
+                    ("record_dtype", "1") => DType::F16,
+                    ("record_dtype", "2") => DType::BF16,
+                    ("record_dtype", _) => {
+                        return (
+                            Outcome::Unrepresentable("record_dtype is a DType: no other value type-checks"),
+                            true,
+                        )
+                    }
+                    _ => DType::F32,
+                };
                 let mut state = d.state.clone();
-                let out = outcome(recurrent(
+                let out = outcome(recurrent_with_records(
                     b,
                     &d.inputs(),
                     &mut RecurrentOutputs {
@@ -398,6 +410,7 @@ mod shared_table {
                         write_state: true,
                         snapshots: None,
                     },
+                    records,
                 ));
                 (out, state == d.state)
             }
@@ -557,6 +570,7 @@ fn the_rust_api_refuses_every_row_of_the_shared_table_with_its_words() {
         unrepresentable,
         [
             "recurrent | max_seqlen = 0",
+            "recurrent | record_dtype = 3",
             "verify | layer = -1",
             "decode | positions[0] = 4",
             "decode_materialize | positions[1] = -1",

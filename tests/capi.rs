@@ -608,8 +608,8 @@ fn buffered_decode_with_device_cursors_gives_kernel_r_bits() {
                 p.positions = positions.as_ptr();
                 p.force_flush = force.as_ptr();
                 p.base.state = state.as_mut_ptr();
-                p.ring_d = ring_d.as_mut_ptr();
-                p.ring_k = ring_k.as_mut_ptr();
+                p.ring_d = ring_d.as_mut_ptr().cast();
+                p.ring_k = ring_k.as_mut_ptr().cast();
                 p.ring_g = ring_g.as_mut_ptr();
                 let orow = d.hv * d.v;
                 p.tokens.o = o_layer.as_bytes_mut()[t * orow * 2..].as_mut_ptr().cast();
@@ -663,8 +663,8 @@ fn buffered_decode_with_device_cursors_gives_kernel_r_bits() {
                 ..Default::default()
             },
             positions: positions.as_ptr(),
-            ring_d: ring_d.as_mut_ptr(),
-            ring_k: ring_k.as_mut_ptr(),
+            ring_d: ring_d.as_mut_ptr().cast(),
+            ring_k: ring_k.as_mut_ptr().cast(),
             ring_g: ring_g.as_mut_ptr(),
             cache_len: cache_len as i32,
             ..Default::default()

@@ -430,8 +430,8 @@ impl Entry {
                 p.base.slots = w.slots.ptr();
                 p.positions = w.positions.ptr();
                 p.base.state = w.state.ptr();
-                p.ring_d = w.ring_d.ptr();
-                p.ring_k = w.dring_k.ptr();
+                p.ring_d = w.ring_d.ptr().cast();
+                p.ring_k = w.dring_k.ptr().cast();
                 p.ring_g = w.dring_g.ptr();
                 p.base.batch = B as i32;
                 p.base.num_slots = NS as i32;
@@ -912,10 +912,17 @@ fn catalogue() -> Vec<Named> {
         ),
         (
             Decode,
-            "reserved set",
-            set!(Decode, reserved = -1),
+            "ring_dtype out of range",
+            set!(Decode, ring_dtype = -1),
             INV,
-            "reserved = -1",
+            "ring_dtype (0 = f32, 1 = f16, 2 = bf16) = -1",
+        ),
+        (
+            Decode,
+            "a bf16 ring with f32 activations",
+            set!(Decode, ring_dtype = 2),
+            REPLAYSSM_ERR_UNSUPPORTED,
+            "ring_dtype = 2: decode records are f32 (0) or the activations' dtype (dtype = 0)",
         ),
         (
             Recurrent,
@@ -2327,7 +2334,8 @@ fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
                     2 => q.max_seqlen = pick(rng, &[0, -5]),
                     3 => q.base.num_slots = pick(rng, &[0, -1, i32::MIN]),
                     4 => q.write_state = pick(rng, &[2, -1, 77]),
-                    _ => q.reserved = garbage_i32(rng) | 1,
+                    // No dtype: the rule names record_dtype, its value and the three dtypes.
+                    _ => q.record_dtype = pick(rng, &[3, -1, 1 << 20, i32::MIN]),
                 }
                 Expect::Refuse
             }
@@ -2432,7 +2440,7 @@ fn mutate_field(p: &mut Params, rng: &mut ChaCha8Rng) -> Expect {
                         }
                     }
                     5 => q.base.num_layers = pick(rng, &[0, -3]),
-                    _ => q.reserved = 2,
+                    _ => q.ring_dtype = pick(rng, &[3, -1, 1 << 20, i32::MIN]),
                 }
                 Expect::Refuse
             }
@@ -3105,6 +3113,7 @@ impl Refusal {
             ("scale", Params::Decode(q, _)) => q.tokens.scale = scale(),
             ("scale", Params::VerifyFold(q)) => q.verify.tokens.scale = scale(),
             ("lower_bound", Params::Recurrent(q)) => q.tokens.lower_bound = scale(),
+            ("record_dtype", Params::Recurrent(q)) => q.record_dtype = int(),
             ("lower_bound", Params::Verify(q)) => q.tokens.lower_bound = scale(),
             ("lower_bound", Params::Decode(q, _)) => q.tokens.lower_bound = scale(),
             ("lower_bound", Params::VerifyFold(q)) => q.verify.tokens.lower_bound = scale(),

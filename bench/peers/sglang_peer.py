@@ -118,6 +118,20 @@ def _interpreter_bf16_rounds_to_nearest_even():
         return truncating(values, src, dst, rounding_mode)
 
     interp._convert_float = convert
+
+    # The interpreter's tl.dot multiplies its operands' storage: bf16 is stored as uint16 bit
+    # patterns, so a bf16 dot (SGLang's buffered decode rebuilds its state with one, over bf16
+    # records) is an integer product of bit patterns, off by ~1e8. The GPU's bf16 tensor-core dot
+    # takes the bf16 values (exact in f32) and accumulates in f32: widen them and do that.
+    dot = interp.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if tl.bfloat16 not in (a.dtype.scalar, b.dtype.scalar):
+            return dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        widen = lambda t: (t.data.astype(np.uint32) << np.uint32(16)).view(np.float32)  # noqa: E731
+        return interp.TensorHandle(np.matmul(widen(a), widen(b), dtype=np.float32) + d.data, d.dtype.scalar)
+
+    interp.InterpreterBuilder.create_dot = create_dot
     # Checked through a kernel, as SGLang's reach it: an f32 store into bf16 memory and an explicit
     # cast, on values whose rounding differs (ties both ways, negative, a carry into the exponent,
     # the largest finite value rounding to inf), against torch's CPU conversion (nearest even).
@@ -341,7 +355,7 @@ def rel(a, b):
 
 
 def act_ulps(a, b):
-    """Largest distance in units in the last place of the act dtype (bf16 or f32)."""
+    """Largest distance in units in the last place of the act dtype (f32, f16 or bf16)."""
     if a.dtype == torch.float32:
         return ulps(a, b)
     def key(t):
@@ -417,7 +431,7 @@ def summary(name, sc, x, o_sg, ring_sg, o_ours, ring_ours, st_sg, st_of_ours):
 
 # --- files ----------------------------------------------------------------------------------------
 
-ST_DTYPE = {torch.bfloat16: "BF16", torch.float32: "F32", torch.int32: "I32", torch.int64: "I64"}
+ST_DTYPE = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.int32: "I32", torch.int64: "I64"}
 
 
 def save(path, tensors, metadata):
@@ -504,7 +518,17 @@ DECODE_SCENARIOS = {
     # K = 96 (three channels per lane in ours).
     "decode_gdn_f32_k96": dict(kda=False, H=1, HV=2, K=96, V=32, NS=4, L=4, S=10, slots=[1, 3], seed=13,
                                force=[(3, 0)], null_from=(8, 1)),
+    # Rings of the activations' 16-bit dtype (SGLang's bf16 decode tests; f16 so that the NumPy
+    # adapter, which has no bfloat16, runs one too): d and k rounded to it, g f32, state f32.
+    "decode_gdn_bf16_gqa": dict(kda=False, H=2, HV=4, K=32, V=32, NS=4, L=4, S=10, slots=[2, 0], seed=14,
+                                force=[(5, 1)], null_from=(7, 1), dtype="bf16"),
+    "decode_kda_bf16_kv": dict(kda=True, H=2, HV=2, K=64, V=32, NS=4, L=8, S=16, slots=[3, 1], seed=15,
+                               force=[(4, 0)], null_from=(14, 0), dtype="bf16"),
+    "decode_gdn_f16_gqa": dict(kda=False, H=2, HV=4, K=32, V=64, NS=4, L=4, S=10, slots=[1, 2], seed=16,
+                               force=[(2, 1)], null_from=(8, 0), dtype="f16"),
 }
+
+DECODE_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
 def decode_inputs(sc):
@@ -513,8 +537,9 @@ def decode_inputs(sc):
     B = len(sc["slots"])
     randn = lambda *s: torch.randn(*s, generator=g, dtype=torch.float32)  # noqa: E731
     gate = (HV, K) if sc["kda"] else (HV,)
-    x = dict(mixed_qkv=randn(S, B, 2 * H * K + HV * V), a=randn(S, B, *gate), b=randn(S, B, HV),
-             A_log=torch.empty(HV).uniform_(math.log(1.0), math.log(16.0), generator=g),
+    act = DECODE_DTYPES[sc.get("dtype", "f32")]
+    x = dict(mixed_qkv=randn(S, B, 2 * H * K + HV * V).to(act), a=randn(S, B, *gate).to(act),
+             b=randn(S, B, HV).to(act), A_log=torch.empty(HV).uniform_(math.log(1.0), math.log(16.0), generator=g),
              dt_bias=0.1 * randn(*gate), state_in=0.1 * randn(NS, HV, V, K))
     slots = torch.tensor([sc["slots"]] * S, dtype=torch.int32)
     step, row = sc["null_from"]
@@ -534,39 +559,52 @@ def decode_inputs(sc):
 
 def run_decode(fn, sc, x):
     """S steps of `fn` (SGLang's or replayssm.sglang's decode); returns (out [S, B, 1, HV, V],
-    the state after the last step)."""
+    the state after the last step, the rings (d, k, g) after the last step)."""
     H, HV, K, V, NS, L, S = (sc[k] for k in ("H", "HV", "K", "V", "NS", "L", "S"))
     B = len(sc["slots"])
+    act = DECODE_DTYPES[sc.get("dtype", "f32")]
     state = x["state_in"].clone()
     gshape = (NS, HV, L, K) if sc["kda"] else (NS, HV, L)
-    d, kc, gc = torch.zeros(NS, HV, L, V), torch.zeros(NS, H, L, K), torch.zeros(gshape)
+    d, kc, gc = torch.zeros(NS, HV, L, V, dtype=act), torch.zeros(NS, H, L, K, dtype=act), torch.zeros(gshape)
     outs = []
     for t in range(S):
-        out = torch.full((B, 1, HV, V), float("nan"))
+        out = torch.full((B, 1, HV, V), float("nan"), dtype=act)
         fn(x["mixed_qkv"][t], x["a"][t], x["b"][t], x["A_log"], x["dt_bias"], K ** -0.5, state, d, kc, gc, out,
            x["slots"][t], x["write_pos"][t], force_flush=x["force_flush"][t], use_qk_l2norm_in_kernel=True,
            is_kda=sc["kda"])
         outs.append(out)
-    return torch.stack(outs), state
+    return torch.stack(outs), state, (d, kc, gc)
 
 
 def decode_golden(mods, name, sc, out_dir, command):
     import replayssm.sglang as ours
     x = decode_inputs(sc)
-    o_sg, st_sg = run_decode(mods["fused_recurrent_linear_replayssm.py"].fused_recurrent_linear_replayssm_decode, sc, x)
-    o_us, st_us = run_decode(ours.fused_recurrent_linear_replayssm_decode, sc, x)
+    o_sg, st_sg, ring_sg = run_decode(mods["fused_recurrent_linear_replayssm.py"].fused_recurrent_linear_replayssm_decode,
+                                      sc, x)
+    o_us, st_us, ring_us = run_decode(ours.fused_recurrent_linear_replayssm_decode, sc, x)
     live = (x["slots"] >= 0)[:, :, None, None, None].expand_as(o_sg)
-    print("%s (f32 %s, H=%d HV=%d K=%d V=%d, %d slots, L=%d, %d steps):" % (
-        name, "kda" if sc["kda"] else "gdn", sc["H"], sc["HV"], sc["K"], sc["V"], sc["NS"], sc["L"], sc["S"]))
-    print("  o (live rows) ours vs SGLang: max |diff| %.3e (max |o| %.3e); null rows: ours %s, SGLang's %s" % (
-        (o_sg - o_us)[live].abs().max().item(), o_sg[live].abs().max().item(),
-        "zero" if bool((o_us[~live] == 0).all()) else "NOT ZERO", "zero" if bool((o_sg[~live] == 0).all()) else "nonzero"))
+    dtype = sc.get("dtype", "f32")
+    print("%s (%s %s, H=%d HV=%d K=%d V=%d, %d slots, L=%d, %d steps):" % (
+        name, dtype, "kda" if sc["kda"] else "gdn", sc["H"], sc["HV"], sc["K"], sc["V"], sc["NS"], sc["L"], sc["S"]))
+    diff = (o_sg.float() - o_us.float())[live].abs()
+    print("  o (live rows) ours vs SGLang: max |diff| %.3e (max |o| %.3e, %s ulps at most, %d of %d differ); "
+          "null rows: ours %s, SGLang's %s" % (
+              diff.max().item(), o_sg.float()[live].abs().max().item(), act_ulps(o_sg[live], o_us[live]),
+              int((diff != 0).sum()), diff.numel(), "zero" if bool((o_us[~live] == 0).all()) else "NOT ZERO",
+              "zero" if bool((o_sg[~live] == 0).all()) else "nonzero"))
     print("  state after the last step: max |diff| %.3e" % (st_sg - st_us).abs().max().item())
-    t = dict(x, out_sglang=o_sg, state_sglang=st_sg)
+    # The records pending after the last step (the same meaning and layout in both: d, k^, g).
+    for what, a, b in zip(("d", "k", "g"), ring_sg, ring_us):
+        print("  ring %s (%s) after the last step: %d of %d values differ, %d %s ulps at most" % (
+            what, str(a.dtype).replace("torch.", ""), int((a != b).sum()), a.numel(), act_ulps(a, b),
+            "f32" if a.dtype == torch.float32 else dtype))
+    t = dict(x, out_sglang=o_sg, state_sglang=st_sg, ring_d_sglang=ring_sg[0], ring_k_sglang=ring_sg[1],
+             ring_g_sglang=ring_sg[2])
     meta = dict(format="replayssm-sglang-decode-golden-1", scenario=name, sglang_version=SGLANG_VERSION,
                 torch_version=torch.__version__, triton_version=triton.__version__,
                 variant="kda" if sc["kda"] else "gdn", H=sc["H"], HV=sc["HV"], K=sc["K"], V=sc["V"],
                 num_slots=sc["NS"], cache_len=sc["L"], steps=sc["S"], scale=repr(sc["K"] ** -0.5),
+                act_dtype=dtype, ring_dtype=dtype,
                 use_qk_l2norm="true", bf16_rounding=BF16_ROUNDING, command=command)
     save(out_dir / (name + ".decode.safetensors"), {k: v.contiguous() for k, v in t.items()},
          {k: str(v) for k, v in meta.items()})

@@ -29,7 +29,8 @@ Layouts (NL layers, NS slots, H key heads, HV value heads, W window, L cache len
         layer and slot dims of any pitch the library accepts (a page-major pool's strided view)
   spec ring (ring_v [NL, NS, HV, W, V], ring_k [NL, NS, H, W, K] act, ring_g [NL, NS, HV, W(, K)],
              ring_beta [NL, NS, HV, W] f32)
-  decode ring (ring_d [NL, NS, HV, L, V], ring_k [NL, NS, H, L, K], ring_g [NL, NS, HV, L(, K)]) f32
+  decode ring (ring_d [NL, NS, HV, L, V], ring_k [NL, NS, H, L, K]: f32, or both the act's f16/bf16;
+             ring_g [NL, NS, HV, L(, K)] f32)
   buffered spec ring (verify_buffered): the spec ring with W = L positions (the cache length, at most
         64), ring_u [NL, NS, HV, L, V] f32, cursors [NS] int32
   slots [B] int32 (-1 = null row), cu_seqlens [B+1] int32, accept_lens [B] int32 (bonus included)
@@ -626,10 +627,12 @@ def _error_word(c, error_word):
 
 @_entry
 def recurrent(q, k, v, *, state, slots, cu_seqlens, o=None, write_state=True, snapshots=None, scale=None,
-              qk_l2norm=True, max_seqlen=None, error_word=None, **gate):
+              qk_l2norm=True, max_seqlen=None, error_word=None, record_dtype=DType.F32, **gate):
     """Kernel R (the recurrent baseline) over ragged requests; returns o. `state` is
     [NS, HV, V, K] f32, updated in place when write_state. `max_seqlen` None reads cu_seqlens
-    (a device sync for CUDA tensors: pass it in hot paths). Zero tokens are allowed."""
+    (a device sync for CUDA tensors: pass it in hot paths). Zero tokens are allowed.
+    `record_dtype` (a DType: F32, or q's F16/BF16) rounds each token's corrected delta and key
+    as a decode ring of that dtype holds them: the state kernel D with such a ring flushes."""
     c = _Call("replayssm_recurrent")
     p = _abi.RecurrentParams(struct_size=ctypes.sizeof(_abi.RecurrentParams))
     write_state = _flag(c.entry, "write_state", write_state)
@@ -646,6 +649,7 @@ def recurrent(q, k, v, *, state, slots, cu_seqlens, o=None, write_state=True, sn
     _fill_base(p.base, prob, ts, 0, tsl, tew)  # one layer: num_layers 1, layer 0
     p.cu_seqlens, p.snapshots = tcu.ptr, _ptr(tsn)
     p.num_tokens, p.max_seqlen, p.write_state = T, msl, write_state
+    p.record_dtype = _i32(c.entry, "record_dtype", record_dtype)
     c.launch(p, tew)
     return o
 
@@ -762,8 +766,9 @@ def replay(*, state, ring, slots, counts, layer, qk_l2norm=True, error_word=None
 
 
 def _decode_ring(c, p, state, decode_ring, kda=None, ring_written=False):
-    """Checks D's pool and its f32 decode ring and fills D's own ring fields (ring_d, ring_k,
-    ring_g, cache_len: not the spec ring part); returns (pool, H of ring_k, whether ring_g is per K)."""
+    """Checks D's pool and its decode ring (ring_d and ring_k of one dtype, f32 or f16/bf16;
+    ring_g f32) and fills D's own ring fields (ring_d, ring_k, ring_g, cache_len, ring_dtype: not
+    the spec ring part); returns (pool, H of ring_k, whether ring_g is per K)."""
     ts = c.t("state", state, (None, None, None, None, None), ("f32",), written=True, pool_dims=2)
     _pool_pitch_rule(c.entry, ts, 1)
     NL, NS, HV, V, K = ts.shape
@@ -771,15 +776,16 @@ def _decode_ring(c, p, state, decode_ring, kda=None, ring_written=False):
         _bad("%s: decode_ring must be (ring_d, ring_k, ring_g)" % c.entry)
     rd, rk, rg = decode_ring
     w = dict(written=ring_written)
-    td = c.t("ring_d", rd, (NL, NS, HV, None, V), ("f32",), **w)
+    td = c.t("ring_d", rd, (NL, NS, HV, None, V), ("f32", "f16", "bf16"), **w)
     L = td.shape[3]
-    tk = c.t("ring_k", rk, (NL, NS, None, L, K), ("f32",), **w)
+    tk = c.t("ring_k", rk, (NL, NS, None, L, K), (td.dtype,), **w)
     gk = len(getattr(rg, "shape", ())) == 5
     tg = c.t("ring_g", rg, (NL, NS, HV, L, K) if gk else (NL, NS, HV, L), ("f32",), **w)
     if kda is not None and gk != kda:
         _bad("%s: ring_g's shape does not match the gate's variant" % c.entry)
     p.ring_d, p.ring_k, p.ring_g = td.ptr, tk.ptr, tg.ptr
     p.cache_len = _i32(c.entry, "cache_len (ring_d's dim 3)", L)
+    p.ring_dtype = _act(td)  # f32, or the activations' f16/bf16: the library's rule
     return ts, tk.shape[2], gk
 
 

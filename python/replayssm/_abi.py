@@ -174,7 +174,7 @@ _BASE, _TOKENS, _RING = [("base", BaseParams)], [("tokens", TokenParams)], [("ri
 
 class RecurrentParams(_Params):
     _fields_ = (_HEADER + _BASE + _TOKENS + _ptrs("cu_seqlens", "snapshots")
-                + _ints("num_tokens", "max_seqlen", "write_state", "reserved"))
+                + _ints("num_tokens", "max_seqlen", "write_state", "record_dtype"))
 
 
 class VerifyParams(_Params):
@@ -192,9 +192,9 @@ class ReplayParams(_Params):
 
 
 class DecodeParams(_Params):
-    # D's own f32 ring (ring_d, ring_k, ring_g) is not the spec ring: its fields stay at the top.
+    # D's own ring (ring_d, ring_k of ring_dtype, ring_g f32) is not the spec ring: its fields stay at the top.
     _fields_ = (_HEADER + _BASE + _TOKENS + _ptrs("positions", "force_flush", "ring_d", "ring_k", "ring_g")
-                + _ints("cache_len", "reserved"))
+                + _ints("cache_len", "ring_dtype"))
 
 
 class CursorParams(_Params):

@@ -18,7 +18,8 @@ What is covered and what is refused (every refusal happens before anything is wr
     raise `NotImplementedError` naming the option.
   - the folds (`commit_gdn_replayssm_fold_all_layers`, `commit_kda_replayssm_spec`,
     `commit_kda_replayssm_spec_all_layers`) run kernel F, track slots included.
-  - `fused_recurrent_linear_replayssm_decode` runs kernel D on an f32 state and f32 rings.
+  - `fused_recurrent_linear_replayssm_decode` runs kernel D on an f32 state and f32 rings, or
+    d/k rings of the activations' f16/bf16 (records rounded as SGLang rounds them).
   - Pools: a checkpoint pool may have any slot and layer pitch the library accepts (`stride(0)`
     of a per-layer view, `stride(1)` / `stride(0)` of an all-layer one: SGLang's page-major
     "envelope" pools included); a ring whose slot pitch is not exactly one slot is refused (SGLang
@@ -486,9 +487,16 @@ def fused_recurrent_linear_replayssm_decode(mixed_qkv, a, b, A_log, dt_bias, sca
     _shape(fn, "k_cache", tk, (td.shape[0], H, L, K))
     tg = _info(fn, "g_cache", g_cache, (4 if kda else 3,))
     _shape(fn, "g_cache", tg, (td.shape[0], HV, L, K) if kda else (td.shape[0], HV, L))
-    for n, t in (("d_cache", td), ("k_cache", tk), ("g_cache", tg)):
-        if t.dtype != "f32":
-            _unsupported(fn, "%s.dtype" % n, t.dtype, "replayssm's decode ring holds f32 records (an f32 state pool)")
+    # d and k records: f32, or the activations' f16/bf16 (rounded to nearest even, as SGLang
+    # stores them); g stays f32, as SGLang requires.
+    if td.dtype not in ("f32", tm.dtype):
+        _unsupported(fn, "d_cache.dtype", td.dtype, "replayssm's decode ring holds f32 records or records of the "
+                     "activations' dtype (%s)" % tm.dtype)
+    if tk.dtype != td.dtype:
+        _unsupported(fn, "(d_cache.dtype, k_cache.dtype)", (td.dtype, tk.dtype),
+                     "replayssm's decode ring holds d and k in one dtype")
+    if tg.dtype != "f32":
+        _unsupported(fn, "g_cache.dtype", tg.dtype, "the ring's log decays are f32 (as SGLang requires)")
     _pool(fn, "initial_state", ts, 0)
     for n, t in (("d_cache", td), ("k_cache", tk), ("g_cache", tg)):
         _one_slot_pitch(fn, n, t, 0)

@@ -435,11 +435,11 @@ def test_the_params_are_one_base_and_parts():
 
 # Each entry's reserved fields as the library names them in its refusal (VF: inside its verify).
 RESERVED = [
-    ("recurrent", "base.reserved"), ("recurrent", "reserved"),
+    ("recurrent", "base.reserved"),
     ("verify", "base.reserved"), ("verify", "ring.reserved"),
     ("fold", "base.reserved"), ("fold", "ring.reserved"), ("fold", "reserved"),
     ("replay", "base.reserved"), ("replay", "ring.reserved"),
-    ("decode", "base.reserved"), ("decode", "reserved"),
+    ("decode", "base.reserved"),
     ("decode_materialize", "base.reserved"),
     ("verify_fold", "verify.base.reserved"),
     ("verify_fold", "verify.ring.reserved"),

@@ -36,9 +36,10 @@ fn verify_header(p: &replayssm_verify_params, prefix: &str) -> Check {
     header(p.flags, &[(&b, p.base.reserved), (&r, p.ring.reserved)])
 }
 
-/// R's and D's header: the base's and the struct's own reserved field.
-fn token_header(flags: u32, base: &replayssm_base_params, reserved: i32) -> Check {
-    header(flags, &[("base.reserved", base.reserved), ("reserved", reserved)])
+/// R's and D's header: the base's reserved field. (Their own were reserved in ABI 3 until they
+/// became `record_dtype` and `ring_dtype`, whose 0 is what an older caller's 0 meant: f32.)
+fn token_header(flags: u32, base: &replayssm_base_params) -> Check {
+    header(flags, &[("base.reserved", base.reserved)])
 }
 
 /// A kernel entry's params: the C struct's name and the header and reserved fields (named as
@@ -74,7 +75,7 @@ macro_rules! entry_params {
 }
 
 entry_params! {
-    replayssm_recurrent_params => |p| token_header(p.flags, &p.base, p.reserved);
+    replayssm_recurrent_params => |p| token_header(p.flags, &p.base);
     replayssm_verify_params => |p| verify_header(p, "");
     replayssm_fold_params => |p| header(
         p.flags,
@@ -83,7 +84,7 @@ entry_params! {
     replayssm_replay_params => |p| {
         header(p.flags, &[("base.reserved", p.base.reserved), ("ring.reserved", p.ring.reserved)])
     };
-    replayssm_decode_params => |p| token_header(p.flags, &p.base, p.reserved);
+    replayssm_decode_params => |p| token_header(p.flags, &p.base);
     replayssm_cursor_params => |p| header(p.flags, &[]);
     replayssm_verify_fold_params => |p| nested_verify_header(Self::NAME, p.flags, &p.verify);
     replayssm_defer_params => |p| header(p.flags, &[("reserved", p.reserved)]);

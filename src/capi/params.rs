@@ -104,7 +104,11 @@ pub struct replayssm_recurrent_params {
     pub num_tokens: i32,
     pub max_seqlen: i32,
     pub write_state: i32,
-    pub reserved: i32,
+    /// `REPLAYSSM_DTYPE_F32` (0): the f32 update. The activations' f16/bf16: each token's
+    /// corrected delta `u` and key are rounded to it before the rank-1 update, as a decode ring
+    /// of that dtype holds them, so the state is the one `replayssm_decode` with such a ring
+    /// flushes, bit for bit. (ABI 3 had it reserved, 0.)
+    pub record_dtype: i32,
 }
 
 /// Kernel V (chunked verify) of `replayssm_verify`; `parent` non-NULL selects tree verify (VT).
@@ -165,11 +169,18 @@ pub struct replayssm_decode_params {
     pub tokens: replayssm_token_params,
     pub positions: *const i32,
     pub force_flush: *const i32,
-    pub ring_d: *mut f32,
-    pub ring_k: *mut f32,
+    /// `[NL, NS, HV, L, V]` of `ring_dtype`.
+    pub ring_d: *mut c_void,
+    /// `[NL, NS, H, L, K]` of `ring_dtype`.
+    pub ring_k: *mut c_void,
+    /// `[NL, NS, HV, L]` (KDA `[.., K]`) f32.
     pub ring_g: *mut f32,
     pub cache_len: i32,
-    pub reserved: i32,
+    /// `replayssm_dtype` of `ring_d` and `ring_k`: `REPLAYSSM_DTYPE_F32` (0), or the activations'
+    /// f16/bf16 (records rounded to nearest even; the flush is then the state of
+    /// `replayssm_recurrent` with `record_dtype` set alike). The materialise entry takes any.
+    /// (ABI 3 had it reserved, 0.)
+    pub ring_dtype: i32,
 }
 
 /// The buffered-decode cursors of `replayssm_decode_cursors`: `op` is a `replayssm_cursor_op`.
@@ -378,7 +389,7 @@ fn verify(v: &replayssm_verify_params) -> ffi::rssm_verify_params {
 }
 
 mirror!(replayssm_recurrent_params => rssm_recurrent_params {
-    base: base, tokens: tokens; cu_seqlens, snapshots, num_tokens, max_seqlen, write_state, reserved,
+    base: base, tokens: tokens; cu_seqlens, snapshots, num_tokens, max_seqlen, write_state, record_dtype,
 });
 mirror!(replayssm_verify_params => rssm_verify_params {
     base: base, tokens: tokens, ring: ring; cu_seqlens, parent, num_tokens, max_seqlen,
@@ -388,7 +399,7 @@ mirror!(replayssm_fold_params => rssm_fold_params {
 });
 mirror!(replayssm_replay_params => rssm_replay_params { base: base, ring: ring; counts });
 mirror!(replayssm_decode_params => rssm_decode_params {
-    base: base, tokens: tokens; positions, force_flush, ring_d, ring_k, ring_g, cache_len, reserved,
+    base: base, tokens: tokens; positions, force_flush, ring_d, ring_k, ring_g, cache_len, ring_dtype,
 });
 mirror!(replayssm_verify_fold_params => rssm_verify_fold_params {
     verify: verify; pending, track_slots, track_steps,

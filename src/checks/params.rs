@@ -413,14 +413,33 @@ fn implementation(kernel: crate::tuning::Kernel, b: &ffi::rssm_base_params, key:
     Ok(())
 }
 
-fn decode_ring(p: &ffi::rssm_decode_params, reach: Reach) -> Check {
+/// The element type of a decode ring's `u` and `k^` records (D's and materialise's
+/// `ring_dtype`, R's `record_dtype`): f32, or, where `act` is given (D, R), the activations' own
+/// f16/bf16: the kernels round with the activation type's instantiation, and f32 activations
+/// have only the f32 one.
+pub(crate) fn record_dtype(name: &str, dtype: i32, act: Option<i32>) -> Check {
+    if !(0..=2).contains(&dtype) {
+        // (The name is formatted only here: a decode step's checks allocate nothing.)
+        return in_range(dtype, 0, 2, &format!("{name} (0 = f32, 1 = f16, 2 = bf16)"));
+    }
+    match act {
+        Some(act) if dtype != 0 && dtype != act => Err(unsupported(format!(
+            "{name} = {dtype}: decode records are f32 (0) or the activations' dtype (dtype = {act})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn decode_ring(p: &ffi::rssm_decode_params, reach: Reach, act: Option<i32>) -> Check {
     let b = &p.base;
     base(b, reach)?;
     cache_len(p.cache_len.into())?;
+    record_dtype("ring_dtype", p.ring_dtype, act)?;
+    let rec = act_bytes(p.ring_dtype);
     let gw = if b.variant == 1 { b.K } else { 1 };
     let (nl, ns, l) = (b.num_layers, b.num_slots, p.cache_len);
-    dense("ring_d", &[nl, ns, b.HV, l, b.V], 4)?;
-    dense("ring_k", &[nl, ns, b.H, l, b.K], 4)?;
+    dense("ring_d", &[nl, ns, b.HV, l, b.V], rec)?;
+    dense("ring_k", &[nl, ns, b.H, l, b.K], rec)?;
     dense("ring_g", &[nl, ns, b.HV, l, gw], 4)?;
     nonnull(p.ring_d, "ring_d")?;
     nonnull(p.ring_k, "ring_k")?;
@@ -458,6 +477,7 @@ pub(crate) fn recurrent(p: &ffi::rssm_recurrent_params, reach: impl Into<Reach>)
     at_least(p.max_seqlen as i64, 1, "max_seqlen")?;
     nonnull(p.cu_seqlens, "cu_seqlens")?;
     in_range(p.write_state, 0, 1, "write_state")?;
+    record_dtype("record_dtype", p.record_dtype, Some(b.dtype))?;
     if b.impl_ != 0 || b.block_rows != 0 {
         return Err(bad(format!(
             "impl = {}, block_rows = {}: kernel R has one implementation (0, 0)",
@@ -594,7 +614,7 @@ pub(crate) fn replay(p: &ffi::rssm_replay_params, reach: impl Into<Reach>) -> Ch
 pub(crate) fn decode(p: &ffi::rssm_decode_params, reach: impl Into<Reach>) -> Check {
     let reach: Reach = reach.into();
     let b = &p.base;
-    decode_ring(p, reach)?;
+    decode_ring(p, reach, Some(b.dtype))?;
     use crate::tuning::Kernel;
     implementation(Kernel::D, b, crate::tuning::Key::of_launch(Kernel::D, b, p.cache_len))?;
     tokens(b, &p.tokens, b.batch)
@@ -604,7 +624,7 @@ pub(crate) fn decode(p: &ffi::rssm_decode_params, reach: impl Into<Reach>) -> Ch
 pub(crate) fn materialize(p: &ffi::rssm_decode_params, reach: impl Into<Reach>) -> Check {
     let reach: Reach = reach.into();
     let b = &p.base;
-    decode_ring(p, reach)?;
+    decode_ring(p, reach, None)?;
     if b.impl_ != 0 || b.block_rows != 0 {
         return Err(bad(format!(
             "impl = {}, block_rows = {}: materialise has one implementation (0, 0)",

@@ -8,7 +8,10 @@
 //!
 //! The ring keeps the corrected delta `u` and the normalised key in f32, and the kernel rebuilds
 //! `S_{t-1}` with the same float operations as kernel R, so outputs and flushed checkpoints are
-//! bit-identical to R on the same backend for every cache length.
+//! bit-identical to R on the same backend for every cache length. A ring of f16/bf16 records
+//! ([`DecodeRing::attach_with_records`], the activations' dtype) holds `u` and `k^` rounded, and
+//! the kernel updates with the rounded values: its outputs and flushes are bit-identical to R run
+//! with `record_dtype` set to the same dtype.
 //!
 //! Device code: `csrc/include/replayssm/device/decode.cuh`; launcher `csrc/kernels/decode.cu`;
 //! tests `tests/decode.rs`.
@@ -163,6 +166,12 @@ fn check_decode<M: Memory>(
     pool.check_inputs(rinp.variant, &rinp.dims, l.layer)?;
     check_kernel_head_dim(backend, rinp.dims.k)?;
     check_rows(rows.slots.len(), rows)?;
+    // The params' rule, here too so that the Reference backend (no params) refuses alike.
+    crate::checks::params::record_dtype(
+        "ring_dtype",
+        ring.record_dtype().to_ffi(),
+        Some(rinp.q.dtype().to_ffi()),
+    )?;
     // Kernel D reads and writes row b of every view for each of the B rows: the views must
     // hold exactly B tokens (the device path has no cu_seqlens to tie them).
     let n = rinp.q.layout().1;
@@ -226,11 +235,11 @@ fn decode_kernel<M: Memory>(
             Some(f) => exec.slice("force_flush", f)?,
             None => std::ptr::null(),
         },
-        ring_d: exec.store_mut("decode ring d", &mut ring.d)?,
-        ring_k: exec.store_mut("decode ring k", &mut ring.k)?,
+        ring_d: exec.act_mut("decode ring d", &mut ring.d)?,
+        ring_k: exec.act_mut("decode ring k", &mut ring.k)?,
         ring_g: exec.store_mut("decode ring g", &mut ring.g)?,
         cache_len: ring.cache_len as i32,
-        reserved: 0,
+        ring_dtype: ring.record_dtype().to_ffi(),
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::tuning::apply(crate::tuning::Kernel::D, &mut params.base, params.cache_len);
@@ -305,11 +314,11 @@ fn materialize_kernel<M: Memory>(
         positions,
         force_flush: std::ptr::null(),
         // Read only by the materialise kernel.
-        ring_d: exec.store("decode ring d", &ring.d)?.cast_mut(),
-        ring_k: exec.store("decode ring k", &ring.k)?.cast_mut(),
+        ring_d: exec.act("decode ring d", &ring.d)?.cast_mut(),
+        ring_k: exec.act("decode ring k", &ring.k)?.cast_mut(),
         ring_g: exec.store("decode ring g", &ring.g)?.cast_mut(),
         cache_len: ring.cache_len as i32,
-        reserved: 0,
+        ring_dtype: ring.record_dtype().to_ffi(),
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::materialize(&params, exec.backend)?;
@@ -492,7 +501,9 @@ fn replay_pending_reference(ring: &DecodeRing, s: &mut [f32], layer: usize, slot
         let di = ring.d_index(layer, slot, hv, j);
         let gi = ring.g_index(layer, slot, hv, j);
         let decay: Vec<f32> = ring.g[gi..gi + gw].iter().map(|x| x.exp()).collect();
-        reference::delta_rule_apply(s, &d, &decay, &ring.k[ki..ki + d.k], &ring.d[di..di + d.v]);
+        let k: Vec<f32> = (ki..ki + d.k).map(|i| ring.k.get(i)).collect();
+        let u: Vec<f32> = (di..di + d.v).map(|i| ring.d.get(i)).collect();
+        reference::delta_rule_apply(s, &d, &decay, &k, &u);
     }
 }
 
@@ -535,7 +546,7 @@ fn decode_reference(
             let (g, beta) = reference::gate_at::<f32>(&inp.gate, inp.variant, &d, b, hv);
             let decay: Vec<f32> = g.iter().map(|x| x.exp()).collect();
             let mut u = vec![0.0f32; d.v];
-            reference::delta_rule_update_u(&mut s, &d, &decay, &k, &v, beta, &mut u);
+            reference::delta_rule_update_u(&mut s, &d, &decay, &k, &v, beta, ring.record_dtype(), &mut u);
             let mut out = vec![0.0f32; d.v];
             reference::readout(&s, &d, &q, &mut out);
             for (j, &x) in out.iter().enumerate() {
@@ -545,9 +556,9 @@ fn decode_reference(
                 pool.state_mut()[base + hv * head..base + (hv + 1) * head].copy_from_slice(&s);
             } else {
                 let di = ring.d_index(layer, slot, hv, m);
-                ring.d[di..di + d.v].copy_from_slice(&u);
+                u.iter().enumerate().for_each(|(j, &x)| ring.d.set(di + j, x));
                 let ki = ring.k_index(layer, slot, h, m);
-                ring.k[ki..ki + d.k].copy_from_slice(&k);
+                k.iter().enumerate().for_each(|(j, &x)| ring.k.set(ki + j, x));
                 let gi = ring.g_index(layer, slot, hv, m);
                 ring.g[gi..gi + gw].copy_from_slice(&g);
             }

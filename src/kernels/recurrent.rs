@@ -7,6 +7,7 @@
 
 use crate::backend::Backend;
 use crate::checks::check_len;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::kernels::params::Base;
@@ -79,10 +80,34 @@ pub fn validate<M: Memory>(
 /// Runs kernel R on host memory (Reference or Emulated) after validating every input. On
 /// device memory: [`Stream::recurrent`].
 pub fn recurrent(backend: Backend, inp: &RecurrentInputs<'_>, out: &mut RecurrentOutputs<'_>) -> Result<RecurrentPlan> {
+    recurrent_with_records(backend, inp, out, DType::F32)
+}
+
+/// [`recurrent`] updating the state as a buffered-decode ring of `records` holds its records:
+/// f32 is [`recurrent`] itself; the activations' f16/bf16 rounds each token's corrected delta `u`
+/// and key to it before the rank-1 update, so the state and outputs are those of kernel D with a
+/// ring of that dtype ([`crate::DecodeRing::attach_with_records`]), bit for bit on the same
+/// backend. The Reference backend runs the f32 update only.
+pub fn recurrent_with_records(
+    backend: Backend,
+    inp: &RecurrentInputs<'_>,
+    out: &mut RecurrentOutputs<'_>,
+    records: DType,
+) -> Result<RecurrentPlan> {
     let plan = validate(backend, inp, out)?;
+    crate::checks::params::record_dtype("record_dtype", records.to_ffi(), Some(inp.q.dtype().to_ffi()))?;
     match backend {
+        Backend::Reference if records != DType::F32 => {
+            return Err(Error::Unsupported {
+                backend,
+                what: format!("kernel R with {} records", records.name()),
+                why: "the Reference backend runs the f32 update only (use Emulated or Cuda)".into(),
+            })
+        }
         Backend::Reference => recurrent_reference(inp, &plan, out),
-        Backend::Emulated | Backend::Cuda => on_host(backend, "recurrent", |exec| run_kernel(exec, inp, &plan, out))?,
+        Backend::Emulated | Backend::Cuda => {
+            on_host(backend, "recurrent", |exec| run_kernel(exec, inp, &plan, out, records))?
+        }
     }
     Ok(plan)
 }
@@ -95,8 +120,18 @@ impl Stream {
         inp: &RecurrentInputs<'_, Device>,
         out: &mut RecurrentOutputs<'_, Device>,
     ) -> Result<RecurrentPlan> {
+        self.recurrent_with_records(inp, out, DType::F32)
+    }
+
+    /// [`recurrent_with_records`] on device memory.
+    pub fn recurrent_with_records(
+        &self,
+        inp: &RecurrentInputs<'_, Device>,
+        out: &mut RecurrentOutputs<'_, Device>,
+        records: DType,
+    ) -> Result<RecurrentPlan> {
         let plan = validate(self.backend(), inp, out)?;
-        run_kernel(&Exec::on(self), inp, &plan, out)?;
+        run_kernel(&Exec::on(self), inp, &plan, out, records)?;
         Ok(plan)
     }
 }
@@ -106,6 +141,7 @@ fn run_kernel<M: Memory>(
     inp: &RecurrentInputs<'_, M>,
     plan: &RecurrentPlan,
     out: &mut RecurrentOutputs<'_, M>,
+    records: DType,
 ) -> Result<()> {
     let base = Base {
         state: exec.slice_mut("state", &mut out.state)?,
@@ -130,7 +166,7 @@ fn run_kernel<M: Memory>(
         num_tokens: plan.num_tokens as i32,
         max_seqlen: plan.max_seqlen as i32,
         write_state: out.write_state as i32,
-        reserved: 0,
+        record_dtype: records.to_ffi(),
     };
     // The checks the C ABI runs on the same params (one source: `checks::params`).
     crate::checks::params::recurrent(&params, exec.backend)?;

@@ -5,10 +5,13 @@
 //! decode on a local pool (design §5 P1), so no code path can produce a ring on a disaggregated
 //! pool.
 
+use std::ffi::c_void;
+
 use crate::checks::check_slots;
 use crate::config::{GateError, Mode, PoolRole};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::memory::{Device, DeviceVec, Host, Location, Memory, Storage, Stream};
+use crate::memory::{ActStorage, Device, DeviceAct, DeviceVec, Host, Location, Memory, Storage, Stream};
 use crate::state::pool::{CheckpointPool, PoolShape};
 
 /// When a step must flush a row's checkpoint besides the periodic flush at `m == L - 1`.
@@ -68,8 +71,11 @@ impl DecodeStep {
     }
 }
 
-/// The buffered-decode ring of a pool: `d [NL, NS, HV, L, V]`, `k [NL, NS, H, L, K]`,
-/// `g [NL, NS, HV, L]` (KDA `[.., K]`), all f32, and one cursor per slot, in the pool's memory.
+/// The buffered-decode ring of a pool: `d [NL, NS, HV, L, V]` and `k [NL, NS, H, L, K]` of the
+/// ring's record dtype ([`DecodeRing::record_dtype`]: f32, or f16/bf16 rounded to nearest even as
+/// SGLang's bf16 rings are), `g [NL, NS, HV, L]` (KDA `[.., K]`) f32, and one cursor per slot,
+/// in the pool's memory. An f32 ring's flush is kernel R's state bit for bit; an f16/bf16 ring's
+/// is the state of R run with the same record dtype (`RecurrentOutputs::record_dtype`).
 /// On the host the cursor protocol is [`DecodeRing::begin_step`] / [`DecodeRing::finish_step`];
 /// on the device the cursors stay there and the stream's `decode_snapshot` / `decode_advance`
 /// move them (a captured graph replays the whole step with no host round trip).
@@ -77,8 +83,10 @@ impl DecodeStep {
 pub struct DecodeRing<M: Memory = Host> {
     pub(crate) shape: PoolShape,
     pub(crate) cache_len: usize,
-    pub(crate) d: M::Vec<f32>,
-    pub(crate) k: M::Vec<f32>,
+    /// Of the record dtype.
+    pub(crate) d: M::Act,
+    /// Of the record dtype.
+    pub(crate) k: M::Act,
     pub(crate) g: M::Vec<f32>,
     /// One cursor per slot: pending records `m`.
     pub(crate) write_pos: M::Vec<i32>,
@@ -88,9 +96,25 @@ pub struct DecodeRing<M: Memory = Host> {
     pub(crate) id: u64,
 }
 
-/// `records x per_record` elements, allocated fallibly where `location` says: the ring is sized
-/// by slots x cache length, which callers (case files) control, so a failed allocation must be
-/// an error, not an abort.
+/// `records x per_record` elements, allocated fallibly where `location` says by `alloc`: the
+/// ring is sized by slots x cache length, which callers (case files) control, so a failed
+/// allocation must be an error naming the buffer, not an abort.
+fn ring_alloc<S>(
+    buffer: &'static str,
+    records: usize,
+    per_record: usize,
+    alloc: impl FnOnce(usize) -> Result<S>,
+) -> Result<S> {
+    let len = records.checked_mul(per_record).ok_or(Error::Alloc {
+        buffer,
+        bytes: u64::MAX,
+    })?;
+    alloc(len).map_err(|e| match e {
+        Error::Alloc { bytes, .. } => Error::Alloc { buffer, bytes },
+        e => e,
+    })
+}
+
 fn ring_buffer<T: crate::dtype::Pod + std::fmt::Debug + Send + Sync, S: Storage<T>>(
     location: Location,
     buffer: &'static str,
@@ -98,13 +122,19 @@ fn ring_buffer<T: crate::dtype::Pod + std::fmt::Debug + Send + Sync, S: Storage<
     per_record: usize,
     poison: bool,
 ) -> Result<S> {
-    let len = records.checked_mul(per_record).ok_or(Error::Alloc {
-        buffer,
-        bytes: u64::MAX,
-    })?;
-    S::alloc(location, len, poison).map_err(|e| match e {
-        Error::Alloc { bytes, .. } => Error::Alloc { buffer, bytes },
-        e => e,
+    ring_alloc(buffer, records, per_record, |len| S::alloc(location, len, poison))
+}
+
+/// Record values of `dtype` (the ring's `u` and `k^`), poisoned.
+fn record_buffer<S: ActStorage>(
+    location: Location,
+    buffer: &'static str,
+    dtype: DType,
+    records: usize,
+    per_record: usize,
+) -> Result<S> {
+    ring_alloc(buffer, records, per_record, |len| {
+        S::alloc_poisoned(location, dtype, len)
     })
 }
 
@@ -133,10 +163,17 @@ fn attach_gates<M: Memory>(pool: &CheckpointPool<M>) -> Result<usize> {
 static NEXT_RING_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<M: Memory> DecodeRing<M> {
-    /// Attaches a buffered-decode ring to `pool`, in the pool's memory. Refused (design §5 P1)
-    /// when the pool is a disaggregated prefill or decode pool, or was not resolved with
-    /// buffered decode.
+    /// Attaches a buffered-decode ring of f32 records to `pool`, in the pool's memory. Refused
+    /// (design §5 P1) when the pool is a disaggregated prefill or decode pool, or was not
+    /// resolved with buffered decode.
     pub fn attach(pool: &CheckpointPool<M>) -> Result<Self> {
+        Self::attach_with_records(pool, DType::F32)
+    }
+
+    /// [`DecodeRing::attach`] with `u` and `k^` records of `records`: f32, or the activations'
+    /// f16/bf16 (half the records' bytes; the decode must then run with activations of that
+    /// dtype, and its flushes equal R's with `record_dtype = records`, not the f32 R's).
+    pub fn attach_with_records(pool: &CheckpointPool<M>, records: DType) -> Result<Self> {
         let cache_len = attach_gates(pool)?;
         let s = pool.shape();
         let d = s.dims;
@@ -145,8 +182,8 @@ impl<M: Memory> DecodeRing<M> {
         Ok(DecodeRing {
             shape: s,
             cache_len,
-            d: ring_buffer::<f32, _>(at, "decode ring d", recs, d.hv * d.v, true)?,
-            k: ring_buffer::<f32, _>(at, "decode ring k", recs, d.h * d.k, true)?,
+            d: record_buffer(at, "decode ring d", records, recs, d.hv * d.v)?,
+            k: record_buffer(at, "decode ring k", records, recs, d.h * d.k)?,
             g: ring_buffer::<f32, _>(at, "decode ring g", recs, d.hv * d.gate_width(s.variant), true)?,
             write_pos: ring_buffer::<i32, _>(at, "decode ring cursors", s.slots, 1, false)?,
             generation: 0,
@@ -166,6 +203,22 @@ impl<M: Memory> DecodeRing<M> {
 
     pub fn cache_len(&self) -> usize {
         self.cache_len
+    }
+    /// The element type of the `u` and `k^` records.
+    pub fn record_dtype(&self) -> DType {
+        self.d.dtype()
+    }
+    /// The corrected deltas `u`, `[NL, NS, HV, L, V]` (records `0..m` of a slot are pending).
+    pub fn d(&self) -> &M::Act {
+        &self.d
+    }
+    /// The normalised keys `k^`, `[NL, NS, H, L, K]`.
+    pub fn k(&self) -> &M::Act {
+        &self.k
+    }
+    /// The log decays `g`, `[NL, NS, HV, L]` (KDA `[.., K]`).
+    pub fn g(&self) -> &M::Vec<f32> {
+        &self.g
     }
     pub fn shape(&self) -> PoolShape {
         self.shape
@@ -187,6 +240,22 @@ impl DecodeRing<Device> {
         g: *mut f32,
         cursors: *mut i32,
     ) -> Result<Self> {
+        Self::from_raw_parts_with_records(pool, DType::F32, d.cast(), k.cast(), g, cursors)
+    }
+
+    /// [`DecodeRing::from_raw_parts`] with `d` and `k` of `records` (as
+    /// [`DecodeRing::attach_with_records`]).
+    ///
+    /// # Safety
+    /// As [`DeviceVec::from_raw_parts`] for each buffer at its extent, on the pool's backend.
+    pub unsafe fn from_raw_parts_with_records(
+        pool: &CheckpointPool<Device>,
+        records: DType,
+        d: *mut c_void,
+        k: *mut c_void,
+        g: *mut f32,
+        cursors: *mut i32,
+    ) -> Result<Self> {
         let cache_len = attach_gates(pool)?;
         let Location::Device(backend) = pool.location() else {
             unreachable!("a device pool is in device memory")
@@ -204,8 +273,8 @@ impl DecodeRing<Device> {
         Ok(DecodeRing {
             shape: s,
             cache_len,
-            d: DeviceVec::from_raw_parts(backend, d, recs * dims.hv * dims.v),
-            k: DeviceVec::from_raw_parts(backend, k, recs * dims.h * dims.k),
+            d: DeviceAct::from_raw_parts(backend, records, d, recs * dims.hv * dims.v),
+            k: DeviceAct::from_raw_parts(backend, records, k, recs * dims.h * dims.k),
             g: DeviceVec::from_raw_parts(backend, g, recs * dims.hv * dims.gate_width(s.variant)),
             write_pos: DeviceVec::from_raw_parts(backend, cursors, s.slots),
             generation: 0,
@@ -217,17 +286,22 @@ impl DecodeRing<Device> {
     /// Copies records and cursors into `host`, a ring of the same shape (explicit downloads;
     /// `host`'s earlier steps become stale when a cursor changed).
     pub fn download_into(&self, stream: &Stream, host: &mut DecodeRing<Host>) -> Result<()> {
-        if host.shape != self.shape || host.cache_len != self.cache_len {
+        if host.shape != self.shape || host.cache_len != self.cache_len || host.record_dtype() != self.record_dtype() {
             return Err(Error::InvalidValue {
                 what: "decode ring",
                 why: format!(
-                    "the host ring ({:?}, L = {}) does not have the device ring's shape ({:?}, L = {})",
-                    host.shape, host.cache_len, self.shape, self.cache_len
+                    "the host ring ({:?}, L = {}, {} records) does not have the device ring's shape ({:?}, L = {}, {} records)",
+                    host.shape,
+                    host.cache_len,
+                    host.record_dtype().name(),
+                    self.shape,
+                    self.cache_len,
+                    self.record_dtype().name()
                 ),
             });
         }
-        self.d.download(stream, &mut host.d)?;
-        self.k.download(stream, &mut host.k)?;
+        host.d = self.d.to_host(stream)?;
+        host.k = self.k.to_host(stream)?;
         self.g.download(stream, &mut host.g)?;
         let before = host.write_pos.clone();
         self.write_pos.download(stream, &mut host.write_pos)?;
@@ -262,8 +336,8 @@ impl DecodeRing<Host> {
         Ok(DecodeRing {
             shape: self.shape,
             cache_len: self.cache_len,
-            d: DeviceVec::from_host(stream, &self.d)?,
-            k: DeviceVec::from_host(stream, &self.k)?,
+            d: DeviceAct::from_host(stream, &self.d)?,
+            k: DeviceAct::from_host(stream, &self.k)?,
             g: DeviceVec::from_host(stream, &self.g)?,
             write_pos: DeviceVec::from_host(stream, &self.write_pos)?,
             generation: 0,

@@ -89,6 +89,16 @@ pub struct Run {
 
 /// Runs kernel R with poisoned outputs (NaN) and snapshots, writing the state back.
 pub fn run(backend: Backend, data: &RecurrentData, snapshots: bool) -> replayssm::Result<Run> {
+    run_with_records(backend, data, snapshots, DType::F32)
+}
+
+/// [`run`] with kernel R rounding its updates as a decode ring of `records` holds them.
+pub fn run_with_records(
+    backend: Backend,
+    data: &RecurrentData,
+    snapshots: bool,
+    records: DType,
+) -> replayssm::Result<Run> {
     let d = data.dims;
     let n = data.num_tokens();
     let batch = data.cu_seqlens.len() - 1;
@@ -108,7 +118,7 @@ pub fn run(backend: Backend, data: &RecurrentData, snapshots: bool) -> replayssm
         write_state: true,
         snapshots: snapshots.then_some(&mut snaps[..]),
     };
-    replayssm_tools::staged::recurrent(backend, &data.inputs(), &mut out)?;
+    replayssm_tools::staged::recurrent_with_records(backend, &data.inputs(), &mut out, records)?;
     Ok(Run {
         o,
         state,

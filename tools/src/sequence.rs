@@ -7,7 +7,7 @@ use replayssm::dtype::ActBuffer;
 use replayssm::error::{Error, Result};
 use replayssm::state::decode_ring::{DecodeRing, ForceFlush};
 use replayssm::tokens::validate_tokens;
-use replayssm::{Backend, CheckpointPool};
+use replayssm::{Backend, CheckpointPool, DType};
 
 use crate::staged::{decode, materialize};
 
@@ -36,6 +36,19 @@ pub fn decode_sequence(
     data: &RecurrentData,
     cache_len: usize,
     track_interval: Option<u64>,
+    on_step: impl FnMut(usize, &CheckpointPool, &[bool]),
+) -> Result<SequenceRun> {
+    decode_sequence_with_records(backend, data, cache_len, track_interval, DType::F32, on_step)
+}
+
+/// [`decode_sequence`] with a ring of `records` (f32, or the workload's f16/bf16:
+/// [`DecodeRing::attach_with_records`]).
+pub fn decode_sequence_with_records(
+    backend: Backend,
+    data: &RecurrentData,
+    cache_len: usize,
+    track_interval: Option<u64>,
+    records: DType,
     mut on_step: impl FnMut(usize, &CheckpointPool, &[bool]),
 ) -> Result<SequenceRun> {
     let d = data.dims;
@@ -64,7 +77,7 @@ pub fn decode_sequence(
     check_slots(&data.slots, data.cu_seqlens.len() - 1, data.state.len() / per_slot)?;
     let mut pool = CheckpointPool::new(&cfg, d, 1, data.state.len() / per_slot)?;
     pool.state_mut().copy_from_slice(&data.state);
-    let mut ring = DecodeRing::attach(&pool)?;
+    let mut ring = DecodeRing::attach_with_records(&pool, records)?;
     let lens: Vec<usize> = data
         .cu_seqlens
         .windows(2)

@@ -13,8 +13,8 @@ use replayssm::kernels::verify::VerifyPlan;
 use replayssm::memory::{DeviceAct, DeviceActView, DeviceSeqlens, DeviceVec, Stream};
 use replayssm::DeviceAccepted;
 use replayssm::{
-    Accepted, Backend, CheckpointPool, DecodeInputs, DecodeRing, DecodeStep, DeferredRing, Device, DraftTree, Gate,
-    GateForm, RawGate, RecurrentInputs, Result, SpecRing, Track,
+    Accepted, Backend, CheckpointPool, DType, DecodeInputs, DecodeRing, DecodeStep, DeferredRing, Device, DraftTree,
+    Gate, GateForm, RawGate, RecurrentInputs, Result, SpecRing, Track,
 };
 
 /// The stream of one staged call and its uploads.
@@ -206,8 +206,17 @@ impl DeviceTokens {
 
 /// Kernel R: [`replayssm::recurrent`], staged on Cuda.
 pub fn recurrent(backend: Backend, inp: &RecurrentInputs<'_>, out: &mut RecurrentOutputs<'_>) -> Result<RecurrentPlan> {
+    recurrent_with_records(backend, inp, out, DType::F32)
+}
+
+pub fn recurrent_with_records(
+    backend: Backend,
+    inp: &RecurrentInputs<'_>,
+    out: &mut RecurrentOutputs<'_>,
+    records: DType,
+) -> Result<RecurrentPlan> {
     if backend != Backend::Cuda {
-        return replayssm::recurrent(backend, inp, out);
+        return replayssm::recurrent_with_records(backend, inp, out, records);
     }
     // The host checks first (contents included): a refusal writes nothing, as on the host.
     replayssm::kernels::recurrent::validate(backend, inp, out)?;
@@ -227,7 +236,7 @@ pub fn recurrent(backend: Backend, inp: &RecurrentInputs<'_>, out: &mut Recurren
             write_state: out.write_state,
             snapshots: snaps.as_mut().map(|s| s.as_mut_slice()),
         };
-        up.stream.recurrent(&t.inputs(), &mut dout)?
+        up.stream.recurrent_with_records(&t.inputs(), &mut dout, records)?
     };
     up.finish_out(&o, &mut out.o)?;
     state.download(&up.stream, out.state)?;

@@ -66,7 +66,7 @@ RSSM_ASSERT_OFFSET(rssm_recurrent_params, snapshots, 240);
 RSSM_ASSERT_OFFSET(rssm_recurrent_params, num_tokens, 248);
 RSSM_ASSERT_OFFSET(rssm_recurrent_params, max_seqlen, 252);
 RSSM_ASSERT_OFFSET(rssm_recurrent_params, write_state, 256);
-RSSM_ASSERT_OFFSET(rssm_recurrent_params, reserved, 260);
+RSSM_ASSERT_OFFSET(rssm_recurrent_params, record_dtype, 260);
 
 static_assert(sizeof(rssm_verify_params) == 296, "rssm_verify_params size changed");
 RSSM_ASSERT_OFFSET(rssm_verify_params, base, 0);
@@ -101,7 +101,7 @@ RSSM_ASSERT_OFFSET(rssm_decode_params, ring_d, 248);
 RSSM_ASSERT_OFFSET(rssm_decode_params, ring_k, 256);
 RSSM_ASSERT_OFFSET(rssm_decode_params, ring_g, 264);
 RSSM_ASSERT_OFFSET(rssm_decode_params, cache_len, 272);
-RSSM_ASSERT_OFFSET(rssm_decode_params, reserved, 276);
+RSSM_ASSERT_OFFSET(rssm_decode_params, ring_dtype, 276);
 
 static_assert(sizeof(rssm_cursor_params) == 56, "rssm_cursor_params size changed");
 RSSM_ASSERT_OFFSET(rssm_cursor_params, cursors, 0);

@@ -176,7 +176,9 @@ typedef struct rssm_recurrent_params {
   float *snapshots;           /* [batch, max_seqlen, HV, V, K] f32 (state after each token), or NULL */
   int32_t num_tokens, max_seqlen;
   int32_t write_state;        /* 1: store the final state back into state[slot] */
-  int32_t reserved;
+  int32_t record_dtype;       /* rssm_dtype: F32 (0) = the f32 update; base.dtype (F16/BF16) = each
+                                 token's u and k^ rounded to it before the rank-1 update, as a decode
+                                 ring of that dtype holds them (kernel D with that ring is R's bits) */
 } rssm_recurrent_params;
 
 /* Kernel V: chunked verify of layer `base.layer` (design §4 V). Reads the checkpoint of each
@@ -226,11 +228,14 @@ typedef struct rssm_replay_params {
   const int32_t *counts; /* [batch], 0..window */
 } rssm_replay_params;
 
-/* Buffered-decode ring of NL layers x NS slots, cache length L (design §4 D). All f32, so that
- * replaying it reproduces kernel R's state bit for bit:
+/* Buffered-decode ring of NL layers x NS slots, cache length L (design §4 D). ring_d and ring_k
+ * are of ring_dtype (f32, or the activations' f16/bf16), ring_g is f32:
  *   ring_d [NL, NS, HV, L, V]  corrected delta u = beta (v - S k^) of each pending token
  *   ring_k [NL, NS, H,  L, K]  normalised key k^ (written once per key head)
  *   ring_g [NL, NS, HV, L]     log decay (KDA: [NL, NS, HV, L, K])
+ * An f32 ring replays to kernel R's state bit for bit; an f16/bf16 ring holds u and k^ rounded to
+ * nearest even, and kernel D updates its state with those rounded values, so it replays to the
+ * state of kernel R run with record_dtype = ring_dtype, bit for bit.
  * A slot's cursor m in 0..L-1 counts its pending records (shared by all layers); the caller
  * snapshots it per row into `positions` before a step and advances it after the forward. */
 
@@ -245,9 +250,11 @@ typedef struct rssm_decode_params {
   rssm_token_params tokens;   /* [batch, ..] rows; strides per row */
   const int32_t *positions;   /* [batch] cursor snapshot m, 0..cache_len-1 */
   const int32_t *force_flush; /* [batch] (nonzero = flush this step), or NULL */
-  float *ring_d, *ring_k, *ring_g;
+  void *ring_d, *ring_k;       /* ring_dtype */
+  float *ring_g;
   int32_t cache_len;
-  int32_t reserved;
+  int32_t ring_dtype;          /* rssm_dtype of ring_d and ring_k: F32 (0), or base.dtype (D; the
+                                  materialise entry takes any) */
 } rssm_decode_params;
 
 /* Cursor kernel of buffered decode: the protocol of design §4 cursors on device-resident cursors, so a

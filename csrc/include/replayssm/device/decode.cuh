@@ -1,9 +1,13 @@
 // Kernel D, buffered decode (design §4 D), and its materialise entry. A warp rebuilds its rows of
 // S_{t-1} in registers from the checkpoint and the m pending ring records (delta_rule_apply:
 // the same float operations as kernel R), then runs R's update and readout for the new token.
-// Only the registers hold S_{t-1}: the checkpoint is read once and written on flush steps only,
-// and because the ring keeps u and k^ in f32 the flushed state equals R's bit for bit for any L.
+// Only the registers hold S_{t-1}: the checkpoint is read once and written on flush steps only.
+// Rec is the element type of the ring's u and k^: f32, where the flushed state equals R's bit for
+// bit for any L, or the activations' f16/bf16, where the update itself uses the rounded values
+// (delta_rule_update's Rec) and the flushed state equals R's with record_dtype = Rec.
 #pragma once
+
+#include <type_traits>
 
 #include "replayssm/device/delta_rule.cuh"
 #include "replayssm/device/tiling.cuh"
@@ -12,8 +16,10 @@
 namespace rssm {
 
 // Pool and ring geometry of one D launch.
-struct DecodeGeometry {
-  float *state, *ring_d, *ring_k, *ring_g;
+template <class Rec> struct DecodeGeometry {
+  float *state;
+  Rec *ring_d, *ring_k;
+  float *ring_g;
   int num_slots, L, H, HV, K, V;
   int64_t state_slot_stride, state_layer_stride;  // elements, 0 = packed (the params' fields)
 
@@ -24,10 +30,10 @@ struct DecodeGeometry {
     return state + state_offset(state_slot_stride, state_layer_stride, layer, slot, num_slots, HV * head) +
            hv * head + int64_t(row0) * K;
   }
-  __device__ __forceinline__ float *d_at(int layer, int slot, int hv, int pos) const {
+  __device__ __forceinline__ Rec *d_at(int layer, int slot, int hv, int pos) const {
     return ring_d + ((ls(layer, slot) * HV + hv) * L + pos) * int64_t(V);
   }
-  __device__ __forceinline__ float *k_at(int layer, int slot, int h, int pos) const {
+  __device__ __forceinline__ Rec *k_at(int layer, int slot, int h, int pos) const {
     return ring_k + ((ls(layer, slot) * H + h) * L + pos) * int64_t(K);
   }
   // One float per record (GDN) or K of them (KDA).
@@ -35,25 +41,48 @@ struct DecodeGeometry {
     const int64_t rec = (ls(layer, slot) * HV + hv) * L + pos;
     return ring_g + (kda ? rec * K : rec);
   }
+
+  __device__ __forceinline__ static DecodeGeometry of(const rssm_decode_params &p, int K) {
+    return {p.base.state, static_cast<Rec *>(p.ring_d), static_cast<Rec *>(p.ring_k), p.ring_g, p.base.num_slots,
+            p.cache_len, p.base.H, p.base.HV, K, p.base.V, p.base.state_slot_stride, p.base.state_layer_stride};
+  }
 };
 
+// N record values: f32 with the widest vector load, f16/bf16 converted.
+template <class Rec, int N> __device__ __forceinline__ void load_record(const Rec *__restrict__ p, float (&x)[N]) {
+  if constexpr (std::is_same_v<Rec, float>)
+    load_f32(p, x);
+  else
+    load_act(p, x);
+}
+
+// N record values stored (already rounded where Rec is f16/bf16: the conversion is exact).
+template <class Rec, int N> __device__ __forceinline__ void store_record(Rec *__restrict__ p, const float (&x)[N]) {
+  if constexpr (std::is_same_v<Rec, float>) {
+    store_f32(p, x);
+  } else {
+    RSSM_UNROLL
+    for (int i = 0; i < N; ++i) p[i] = from_float<Rec>(x[i]);
+  }
+}
+
 // Replays pending records 0..m-1 of (layer, slot, hv) into this warp's rows `s`.
-template <int EPL, int ROWS, bool KDA>
-__device__ __forceinline__ void replay_pending(const DecodeGeometry &geo, int layer, int slot, int hv, int row0,
+template <int EPL, int ROWS, bool KDA, class Rec>
+__device__ __forceinline__ void replay_pending(const DecodeGeometry<Rec> &geo, int layer, int slot, int hv, int row0,
                                                const bool (&row_ok)[ROWS], int m, float (&s)[ROWS][EPL]) {
   const int h = hv / (geo.HV / geo.H);
   const int kc = (threadIdx.x % kWarpSize) * EPL;
   for (int j = 0; j < m; ++j) {
     float kh[EPL];
-    load_f32(geo.k_at(layer, slot, h, j) + kc, kh);
+    load_record(geo.k_at(layer, slot, h, j) + kc, kh);
     float g[KDA ? EPL : 1];
     const float *gp = geo.g_at(layer, slot, hv, j, KDA);
     RSSM_UNROLL
     for (int i = 0; i < (KDA ? EPL : 1); ++i) g[i] = gp[KDA ? kc + i : 0];
-    const float *d = geo.d_at(layer, slot, hv, j) + row0;
+    const Rec *d = geo.d_at(layer, slot, hv, j) + row0;
     float u[ROWS];  // loaded before the decay is computed: one round trip for the whole record
     RSSM_UNROLL
-    for (int r = 0; r < ROWS; ++r) u[r] = row_ok[r] ? d[r] : 0.0f;
+    for (int r = 0; r < ROWS; ++r) u[r] = row_ok[r] ? to_float(d[r]) : 0.0f;
     const Decay<EPL, KDA> decay = decay_from_log<EPL, KDA>(g);
     delta_rule_apply<EPL, ROWS, KDA>(s, kh, decay, u);
   }
@@ -129,7 +158,7 @@ template <int EPL, class Act, bool KDA> struct TokenInputs {
 
 // The body of kernel D. PREFETCH (RSSM_IMPL_PREFETCH) issues the token's loads first of all and
 // computes its inputs before the record loop; the default loads and computes them after it.
-template <int EPL, class Act, bool KDA, bool PREFETCH>
+template <int EPL, class Act, bool KDA, bool PREFETCH, class Rec>
 __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   constexpr int K = kWarpSize * EPL;
   constexpr int ROWS = ReplayTiling<EPL>::kRows;
@@ -205,13 +234,12 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
     else
       token_gate<EPL, Act, KDA>(gate, tok, hv, kc, g, beta);
   };
-  const DecodeGeometry geo{p.base.state, p.ring_d, p.ring_k, p.ring_g, p.base.num_slots, L, p.base.H, p.base.HV, K, p.base.V,
-                           p.base.state_slot_stride, p.base.state_layer_stride};
+  const auto geo = DecodeGeometry<Rec>::of(p, K);
   float *state = geo.state_rows(p.base.layer, slot, hv, row0) + kc;
   if (owns_rows) {
     load_rows(state, K, row_ok, s);
     if constexpr (PREFETCH) compute_token();
-    replay_pending<EPL, ROWS, KDA>(geo, p.base.layer, slot, hv, row0, row_ok, m, s);
+    replay_pending<EPL, ROWS, KDA, Rec>(geo, p.base.layer, slot, hv, row0, row_ok, m, s);
     if constexpr (!PREFETCH) {
       load_token();
       compute_token();
@@ -240,7 +268,7 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   }
 
   float u[ROWS];
-  delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, beta, vr, u);
+  delta_rule_update<EPL, ROWS, KDA, Rec>(s, kh, decay, beta, vr, u);
   float out[ROWS];
   delta_rule_readout<EPL, ROWS>(s, qh, out);
   RSSM_UNROLL
@@ -253,12 +281,13 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
   }
   // Append record m. u: one row per lane; k^ once per key head (first value head of its group);
   // g once per value head (first row tile).
-  float *d = geo.d_at(p.base.layer, slot, hv, m) + row0;
+  // (u is the rounded value the update used; k^ is rounded by the store, as the update rounded it.)
+  Rec *d = geo.d_at(p.base.layer, slot, hv, m) + row0;
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r)
-    if (lane == r && row0 + r < p.base.V) d[r] = u[r];
+    if (lane == r && row0 + r < p.base.V) d[r] = from_float<Rec>(u[r]);
   if (blockIdx.x == 0 && warp == 0) {
-    if (hv % (p.base.HV / p.base.H) == 0) store_f32(geo.k_at(p.base.layer, slot, h, m) + kc, kh);
+    if (hv % (p.base.HV / p.base.H) == 0) store_record(geo.k_at(p.base.layer, slot, h, m) + kc, kh);
     float *gp = geo.g_at(p.base.layer, slot, hv, m, KDA);
     if constexpr (KDA) {
       RSSM_UNROLL
@@ -272,19 +301,19 @@ __device__ __forceinline__ void decode_rows(const rssm_decode_params &p) {
 // (The min-blocks hint of 1 keeps ptxas from a heuristic register cap that spilled: the prefetch
 // kernel at K = 128, KDA, and both at K = 256, KDA, once the block's warps shared one barrier;
 // tests/resources.rs guards it.)
-template <int EPL, class Act, bool KDA>
+template <int EPL, class Act, bool KDA, class Rec = float>
 __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_kernel(const rssm_decode_params p) {
-  decode_rows<EPL, Act, KDA, false>(p);
+  decode_rows<EPL, Act, KDA, false, Rec>(p);
 }
 
-template <int EPL, class Act, bool KDA>
+template <int EPL, class Act, bool KDA, class Rec = float>
 __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_prefetch_kernel(const rssm_decode_params p) {
-  decode_rows<EPL, Act, KDA, true>(p);
+  decode_rows<EPL, Act, KDA, true, Rec>(p);
 }
 
 // Materialise: replays positions[b] pending records of every layer into the checkpoint. (No act
-// dtype: it reads only f32 buffers.)
-template <int EPL, bool KDA>
+// dtype: it reads the f32 pool and gates and the ring's records of element type Rec.)
+template <int EPL, bool KDA, class Rec = float>
 __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_materialize_kernel(const rssm_decode_params p) {
   using Tiling = ReplayTiling<EPL>;
   constexpr int K = kWarpSize * EPL;
@@ -316,12 +345,11 @@ __global__ void __launch_bounds__(RowTiling::kThreads, 1) decode_materialize_ker
   bool row_ok[ROWS];
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r) row_ok[r] = row0 + r < p.base.V;
-  const DecodeGeometry geo{p.base.state, p.ring_d, p.ring_k, p.ring_g, p.base.num_slots, p.cache_len, p.base.H, p.base.HV, K, p.base.V,
-                           p.base.state_slot_stride, p.base.state_layer_stride};
+  const auto geo = DecodeGeometry<Rec>::of(p, K);
   float *state = geo.state_rows(layer, slot, hv, row0) + lane * EPL;
   float s[ROWS][EPL];
   load_rows(state, K, row_ok, s);
-  replay_pending<EPL, ROWS, KDA>(geo, layer, slot, hv, row0, row_ok, m, s);
+  replay_pending<EPL, ROWS, KDA, Rec>(geo, layer, slot, hv, row0, row_ok, m, s);
   store_rows(state, K, row_ok, s);
 }
 

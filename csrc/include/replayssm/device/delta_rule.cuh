@@ -165,12 +165,22 @@ __device__ __forceinline__ void token_gate(const GateSource &src, int64_t tok, i
   }
 }
 
+// What a decode ring of element type Rec holds for x: x itself (f32), else x rounded to nearest
+// even. (float: the identity, no instruction.)
+template <class Rec> __device__ __forceinline__ float ring_value(float x) { return to_float(from_float<Rec>(x)); }
+
 // design §3 steps 4-7 for ROWS rows: S *= exp(g); u = (v - S k) * beta; S += u k^T. Whole warp.
-// Every lane gets every row's corrected delta in `u` (kernel D stores it in its ring).
-template <int EPL, int ROWS, bool KDA>
+// Every lane gets every row's corrected delta in `u` (kernel D stores it in its ring). Rec is the
+// element type of the decode ring whose records the update must reproduce: for f16/bf16, u and
+// the k of the rank-1 term are rounded to it first (S k stays f32), so kernel D replaying its
+// rounded records and kernel R with record_dtype = Rec update S with the same values.
+template <int EPL, int ROWS, bool KDA, class Rec = float>
 __device__ __forceinline__ void delta_rule_update(float (&s)[ROWS][EPL], const float (&k)[EPL],
                                                   const Decay<EPL, KDA> &decay, float beta, const float (&v)[ROWS],
                                                   float (&u)[ROWS]) {
+  float kr[EPL];
+  RSSM_UNROLL
+  for (int j = 0; j < EPL; ++j) kr[j] = ring_value<Rec>(k[j]);
   float dot[ROWS];
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r) {
@@ -184,17 +194,17 @@ __device__ __forceinline__ void delta_rule_update(float (&s)[ROWS][EPL], const f
   warp_sum(dot);
   RSSM_UNROLL
   for (int r = 0; r < ROWS; ++r) {
-    u[r] = (v[r] - dot[r]) * beta;
+    u[r] = ring_value<Rec>((v[r] - dot[r]) * beta);
     RSSM_UNROLL
-    for (int j = 0; j < EPL; ++j) s[r][j] = fmaf(u[r], k[j], s[r][j]);
+    for (int j = 0; j < EPL; ++j) s[r][j] = fmaf(u[r], kr[j], s[r][j]);
   }
 }
 
-template <int EPL, int ROWS, bool KDA>
+template <int EPL, int ROWS, bool KDA, class Rec = float>
 __device__ __forceinline__ void delta_rule_update(float (&s)[ROWS][EPL], const float (&k)[EPL],
                                                   const Decay<EPL, KDA> &decay, float beta, const float (&v)[ROWS]) {
   float u[ROWS];
-  delta_rule_update<EPL, ROWS, KDA>(s, k, decay, beta, v, u);
+  delta_rule_update<EPL, ROWS, KDA, Rec>(s, k, decay, beta, v, u);
 }
 
 // delta_rule_update for one state row held by 8 lanes (staged VF): lane l8 holds, as group g,

@@ -9,7 +9,8 @@
 
 namespace rssm {
 
-template <int EPL, class Act, bool KDA>
+// Rec: float, or Act where record_dtype asks for the updates of a rounded decode ring.
+template <int EPL, class Act, bool KDA, class Rec = float>
 __global__ void __launch_bounds__(RowTiling::kThreads) recurrent_kernel(const rssm_recurrent_params p) {
   constexpr int K = kWarpSize * EPL;
   constexpr int ROWS = RowTiling::kRows;
@@ -73,7 +74,7 @@ __global__ void __launch_bounds__(RowTiling::kThreads) recurrent_kernel(const rs
     RSSM_UNROLL
     for (int r = 0; r < ROWS; ++r) vr[r] = row_ok[r] ? to_float(v[tok * p.tokens.v_stride + int64_t(hv) * p.base.V + row0 + r]) : 0.0f;
 
-    delta_rule_update<EPL, ROWS, KDA>(s, kh, decay, beta, vr);
+    delta_rule_update<EPL, ROWS, KDA, Rec>(s, kh, decay, beta, vr);
 
     if (p.snapshots)
       store_rows(p.snapshots + ((int64_t(req) * p.max_seqlen + t) * p.base.HV + hv) * head_elems + int64_t(row0) * K + kc, K,
