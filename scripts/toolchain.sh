@@ -12,8 +12,10 @@ rssm_py_pins="nvidia-cuda-nvcc==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda
 rssm_clang_pin="libclang==18.1.1"
 # SASS inspection (tests/sass.rs): there is no 13.0 wheel of these; 13.2 reads 13.0 cubins.
 rssm_sass_pins="nvidia-cuda-cuobjdump==13.2.51 nvidia-cuda-nvdisasm==13.2.51"
-# The Python binding's test suite (python/tests, emulated backend): NumPy and pytest with its deps.
-rssm_pytest_pins="numpy==2.2.6 pytest==8.3.5 iniconfig==2.1.0 packaging==25.0 pluggy==1.6.0"
+# The Python binding's test suite (python/tests, emulated backend): NumPy and pytest with its deps,
+# and ml_dtypes (NumPy's bfloat16, so that the bf16 SGLang goldens run through replayssm.sglang
+# without torch).
+rssm_pytest_pins="numpy==2.2.6 pytest==8.3.5 iniconfig==2.1.0 packaging==25.0 pluggy==1.6.0 ml_dtypes==0.5.4"
 # The C/C++ package checks (scripts/test-packages): CMake and pkgconf, neither on the machine or
 # in CI. Both wheels carry a prebuilt binary.
 rssm_pkg_pins="cmake==3.31.10 pkgconf==2.5.1.post2"

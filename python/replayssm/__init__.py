@@ -268,13 +268,15 @@ class _T:
                      % name)
             kinds = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.int32): "i32",
                      np.dtype(np.uint32): "u32"}
-            if obj.dtype not in kinds:
-                _bad("%s: dtype %s is not supported (float32, float16, int32, uint32; bfloat16 needs torch)"
-                     % (name, obj.dtype))
+            # NumPy has no bfloat16 of its own; ml_dtypes' (JAX's) is read by name, not imported.
+            bf16 = obj.dtype.name == "bfloat16" and obj.dtype.itemsize == 2
+            if obj.dtype not in kinds and not bf16:
+                _bad("%s: dtype %s is not supported (float32, float16, int32, uint32, ml_dtypes' bfloat16; or "
+                     "torch tensors)" % (name, obj.dtype))
             if not obj.flags.aligned:
                 # e.g. np.frombuffer(..., offset=1): the kernels load whole elements.
                 _bad("%s: address %#x is not aligned to its %d-byte elements" % (name, obj.ctypes.data, obj.itemsize))
-            self.dtype = kinds[obj.dtype]
+            self.dtype = "bf16" if bf16 else kinds[obj.dtype]
             self.itemsize = obj.itemsize
             self.ptr = obj.ctypes.data
             self.shape = tuple(obj.shape)

@@ -4,6 +4,7 @@ decode == recurrent, bit for bit), and refusals raised as exceptions with the li
 
 import ctypes
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -37,8 +38,10 @@ def test_validate_config_refuses_a_ring_on_a_pd_decode_pool():
 
 
 @pytest.mark.parametrize("kda", [False, True])
-@pytest.mark.parametrize("dtype,tol", [(np.float32, (1e-5, 1e-4)), (np.float16, (2e-3, 2e-2))])
+@pytest.mark.parametrize("dtype,tol", [(np.float32, (1e-5, 1e-4)), (np.float16, (2e-3, 2e-2)),
+                                       (ml_dtypes.bfloat16, (1e-2, 8e-2))], ids=["f32", "f16", "bf16"])
 def test_recurrent_matches_the_float64_reference(rng, kda, dtype, tol):
+    """(bf16: ml_dtypes' NumPy bfloat16, read by the binding as bf16 without torch.)"""
     p = Problem(rng, [3, 5, 2], kda=kda, dtype=dtype, null=(1,))
     state = p.state.copy()
     o = rs.recurrent(p.q, p.k, p.v, g=p.g, beta=p.beta, state=state, slots=p.slots, cu_seqlens=p.cu_seqlens)
