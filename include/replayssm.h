@@ -39,7 +39,7 @@
  *   spec ring   ring_v [NL, NS, HV, W, V], ring_k [NL, NS, H, W, K] (act), ring_g [NL, NS, HV, W]
  *               (KDA [.., W, K]), ring_beta [NL, NS, HV, W] (f32); W = window
  *   decode ring ring_d [NL, NS, HV, L, V], ring_k [NL, NS, H, L, K], ring_g [NL, NS, HV, L] (KDA
- *               [.., L, K]), all f32; cursors [NS] i32; L = cache_len
+ *               [.., L, K]); ring_d and ring_k f32 or the act dtype (ring_dtype), ring_g f32; cursors [NS] i32; L = cache_len
  *   buffered    (replayssm_verify_buffered) the spec ring with W = L positions (L = cache_len, at
  *               most REPLAYSSM_MAX_BUFFERED_CACHE_LEN), ring_u [NL, NS, HV, L, V] f32, cursors
  *               [NS] i32 (each slot's history length h), flush_lens [batch] i32
@@ -193,7 +193,8 @@ typedef enum replayssm_backend {
 
 /*
  Element type of the activations (q, k, v, a, b, o, and the spec ring's v and k) of a call.
- Gates (A_log, dt_bias, g, beta), states, snapshots and the decode ring are always f32.
+ Gates (A_log, dt_bias, g, beta), states, snapshots and the decode ring's g are always f32; the
+ decode ring's d and k are f32 or the activations' dtype (`ring_dtype`).
  */
 typedef enum replayssm_dtype {
   REPLAYSSM_DTYPE_F32 = 0,
@@ -367,7 +368,8 @@ typedef struct replayssm_recurrent_params {
    `REPLAYSSM_DTYPE_F32` (0): the f32 update. The activations' f16/bf16: each token's
    corrected delta `u` and key are rounded to it before the rank-1 update, as a decode ring
    of that dtype holds them, so the state is the one `replayssm_decode` with such a ring
-   flushes, bit for bit. (ABI 3 had it reserved, 0.)
+   flushes, bit for bit. (Reserved and required to be 0 before this field existed: an older
+   library refuses a nonzero value with `reserved = …: it must be 0`.)
    */
   int32_t record_dtype;
 } replayssm_recurrent_params;
@@ -462,7 +464,8 @@ typedef struct replayssm_decode_params {
    `replayssm_dtype` of `ring_d` and `ring_k`: `REPLAYSSM_DTYPE_F32` (0), or the activations'
    f16/bf16 (records rounded to nearest even; the flush is then the state of
    `replayssm_recurrent` with `record_dtype` set alike). The materialise entry takes any.
-   (ABI 3 had it reserved, 0.)
+   (Reserved and required to be 0 before this field existed: an older library refuses a
+   nonzero value with `reserved = …: it must be 0`.)
    */
   int32_t ring_dtype;
 } replayssm_decode_params;

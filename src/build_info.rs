@@ -8,7 +8,7 @@ const RESOURCES_TSV: &str = include_str!(concat!(env!("OUT_DIR"), "/kernel_resou
 /// One kernel instantiation on one architecture, as ptxas reported it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelResources {
-    /// Demangled name, e.g. `void rssm::recurrent_kernel<4, float, false>(rssm_recurrent_params)`.
+    /// Demangled name, e.g. `void rssm::recurrent_kernel<4, float, false, float>(rssm_recurrent_params)`.
     pub kernel: String,
     pub arch: String,
     pub registers: u32,

@@ -585,6 +585,20 @@ impl DeviceAct {
         })
     }
 
+    /// Copies the contents into `dst` (same dtype and length; an explicit transfer, no allocation).
+    pub fn download(&self, stream: &Stream, dst: &mut ActBuffer) -> Result<()> {
+        match (self, dst) {
+            (DeviceAct::F32(s), ActBuffer::F32(d)) => s.download(stream, d),
+            (DeviceAct::F16(s), ActBuffer::F16(d)) => s.download(stream, d),
+            (DeviceAct::BF16(s), ActBuffer::BF16(d)) => s.download(stream, d),
+            (s, d) => Err(Error::DType {
+                tensor: "download destination",
+                expected: s.dtype(),
+                got: d.dtype(),
+            }),
+        }
+    }
+
     /// Overwrites the contents with `src` (same dtype and length; an explicit transfer).
     pub fn upload(&mut self, stream: &Stream, src: &ActBuffer) -> Result<()> {
         match (self, src) {

@@ -197,22 +197,39 @@ pub fn gate_at<R: Real>(gate: &Gate<'_>, variant: Variant, dims: &HeadDims, tok:
 /// One token's update of one head's state (design §3 steps 3-7) from its raw key, log decays,
 /// beta and value: the record a spec ring holds. Kernel R's reference and the fold's both run it.
 pub fn apply_record<R: Real>(s: &mut [R], dims: &HeadDims, k_raw: &[R], g: &[R], beta: R, v: &[R], l2norm: bool) {
+    apply_record_with(s, dims, k_raw, g, beta, v, l2norm, crate::DType::F32);
+}
+
+/// [`apply_record`] with `u` and the rank-1 key rounded to `records` ([`delta_rule_update_u`]).
+#[allow(clippy::too_many_arguments)]
+fn apply_record_with<R: Real>(
+    s: &mut [R],
+    dims: &HeadDims,
+    k_raw: &[R],
+    g: &[R],
+    beta: R,
+    v: &[R],
+    l2norm: bool,
+    records: crate::DType,
+) {
     let mut k = k_raw.to_vec();
     if l2norm {
         l2_normalize(&mut k);
     }
     let decay: Vec<R> = g.iter().map(|&x| x.exp()).collect();
-    delta_rule_update(s, dims, &decay, &k, v, beta);
+    let mut u = vec![R::from_f32(0.0); dims.v];
+    delta_rule_update_u(s, dims, &decay, &k, v, beta, records, &mut u);
 }
 
-/// Token `tok`'s update of value head `hv`'s state `s` (design §3 steps 1-7).
-fn step_token<R: Real>(inp: &RecurrentInputs<'_>, s: &mut [R], tok: usize, hv: usize) {
+/// Token `tok`'s update of value head `hv`'s state `s` (design §3 steps 1-7), `u` and the rank-1
+/// key rounded to `records`.
+fn step_token<R: Real>(inp: &RecurrentInputs<'_>, s: &mut [R], tok: usize, hv: usize, records: crate::DType) {
     let d = inp.dims;
     let h = d.key_head(hv);
     let k: Vec<R> = (0..d.k).map(|j| R::from_f32(inp.k.at(tok, h * d.k + j))).collect();
     let v: Vec<R> = (0..d.v).map(|j| R::from_f32(inp.v.at(tok, hv * d.v + j))).collect();
     let (g, beta) = gate_at::<R>(&inp.gate, inp.variant, &d, tok, hv);
-    apply_record(s, &d, &k, &g, beta, &v, inp.qk_l2norm);
+    apply_record_with(s, &d, &k, &g, beta, &v, inp.qk_l2norm, records);
 }
 
 /// Token `tok`'s query for value head `hv`, normalised (when `qk_l2norm`) and scaled.
@@ -256,7 +273,7 @@ pub fn tree_outputs<R: Real>(inp: &RecurrentInputs<'_>, parent: &[i32], state_po
                     .map(|&x| R::from_f32(x))
                     .collect();
                 for &t in &path {
-                    step_token(inp, &mut s, t, hv);
+                    step_token(inp, &mut s, t, hv, crate::DType::F32);
                 }
                 let out = &mut o[(tok * d.hv + hv) * d.v..(tok * d.hv + hv + 1) * d.v];
                 readout(&s, &d, &scaled_query(inp, tok, hv), out);
@@ -268,6 +285,16 @@ pub fn tree_outputs<R: Real>(inp: &RecurrentInputs<'_>, parent: &[i32], state_po
 
 /// Runs kernel R's maths in precision `R` from the checkpoint pool `state_pool`.
 pub fn recurrent<R: Real>(inp: &RecurrentInputs<'_>, state_pool: &[f32]) -> RecurrentResult<R> {
+    recurrent_with_records(inp, state_pool, crate::DType::F32)
+}
+
+/// [`recurrent`] with each token's `u` and rank-1 key rounded to `records` (kernel R's
+/// `record_dtype`, a 16-bit decode ring's records); `S k` stays in precision `R`.
+pub fn recurrent_with_records<R: Real>(
+    inp: &RecurrentInputs<'_>,
+    state_pool: &[f32],
+    records: crate::DType,
+) -> RecurrentResult<R> {
     let d = inp.dims;
     let n = inp.q.tokens;
     let batch = inp.cu_seqlens.len() - 1;
@@ -293,7 +320,7 @@ pub fn recurrent<R: Real>(inp: &RecurrentInputs<'_>, state_pool: &[f32]) -> Recu
         for hv in 0..d.hv {
             let s = &mut state[hv * head..(hv + 1) * head];
             for (t, tok) in (bos..eos).enumerate() {
-                step_token(inp, s, tok, hv);
+                step_token(inp, s, tok, hv, records);
                 snaps[t * per_slot + hv * head..t * per_slot + (hv + 1) * head].copy_from_slice(s);
                 let o = &mut res.o[(tok * d.hv + hv) * d.v..(tok * d.hv + hv + 1) * d.v];
                 readout(s, &d, &scaled_query(inp, tok, hv), o);
@@ -313,7 +340,7 @@ pub fn path_state<R: Real>(inp: &RecurrentInputs<'_>, r: usize, path: &[i32], ck
     let head = inp.dims.v * inp.dims.k;
     for (hv, sh) in s.chunks_exact_mut(head).enumerate() {
         for &pos in path {
-            step_token(inp, sh, bos + pos as usize, hv);
+            step_token(inp, sh, bos + pos as usize, hv, crate::DType::F32);
         }
     }
     s

@@ -919,6 +919,29 @@ fn catalogue() -> Vec<Named> {
         ),
         (
             Decode,
+            "a bf16 ring with f16 activations",
+            |_, p| {
+                if let Params::Decode(q, ..) = p {
+                    q.base.dtype = 1;
+                    q.ring_dtype = 2;
+                }
+            },
+            REPLAYSSM_ERR_UNSUPPORTED,
+            "ring_dtype = 2: decode records are f32 (0) or the activations' dtype (dtype = 1)",
+        ),
+        (
+            Decode,
+            "ring_d not aligned to its elements",
+            |_, p| {
+                if let Params::Decode(q, ..) = p {
+                    q.ring_d = q.ring_d.cast::<u8>().wrapping_add(2).cast();
+                }
+            },
+            INV,
+            "is not aligned to its 4-byte elements",
+        ),
+        (
+            Decode,
             "a bf16 ring with f32 activations",
             set!(Decode, ring_dtype = 2),
             REPLAYSSM_ERR_UNSUPPORTED,

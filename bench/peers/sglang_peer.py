@@ -128,7 +128,10 @@ def _interpreter_bf16_rounds_to_nearest_even():
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         if tl.bfloat16 not in (a.dtype.scalar, b.dtype.scalar):
             return dot(self, a, b, d, input_precision, max_num_imprecise_acc)
-        widen = lambda t: (t.data.astype(np.uint32) << np.uint32(16)).view(np.float32)  # noqa: E731
+        def widen(t):  # each operand by its own dtype: bf16 bits shifted into f32, others cast
+            if t.dtype.scalar == tl.bfloat16:
+                return (t.data.astype(np.uint32) << np.uint32(16)).view(np.float32)
+            return t.data.astype(np.float32)
         return interp.TensorHandle(np.matmul(widen(a), widen(b), dtype=np.float32) + d.data, d.dtype.scalar)
 
     interp.InterpreterBuilder.create_dot = create_dot

@@ -342,12 +342,12 @@ def test_track_steps_of_minus_one_and_the_null_block_are_no_snapshot(rng):
     assert np.array_equal(state, want)
 
 
-@pytest.mark.parametrize("act", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("act", [np.float32, np.float16, ml_dtypes.bfloat16], ids=["f32", "f16", "bf16"])
 def test_the_buffered_decode_is_kernel_d_and_flushes_to_kernel_r(rng, act):
-    """f32 rings flush to kernel R's state; f16 rings (records rounded as SGLang's 16-bit rings
-    round them) to the state of R with record_dtype F16, bit for bit, and not to the f32 R's."""
+    """f32 rings flush to kernel R's state; f16/bf16 rings (records rounded as SGLang's 16-bit
+    rings round them) to the state of R with that record_dtype, bit for bit, and not to the f32 R's."""
     H, HV, K, V, L, NS, B = 2, 4, 32, 32, 4, 3, 2
-    records = rs.DType.F16 if act == np.float16 else rs.DType.F32
+    records = {np.float16: rs.DType.F16, ml_dtypes.bfloat16: rs.DType.BF16}.get(act, rs.DType.F32)
     state = (rng.standard_normal((NS, HV, V, K)) * 0.1).astype(np.float32)
     ref = state.copy()
     unrounded = state.copy()

@@ -73,7 +73,8 @@ pub enum replayssm_backend {
 }
 
 /// Element type of the activations (q, k, v, a, b, o, and the spec ring's v and k) of a call.
-/// Gates (A_log, dt_bias, g, beta), states, snapshots and the decode ring are always f32.
+/// Gates (A_log, dt_bias, g, beta), states, snapshots and the decode ring's g are always f32; the
+/// decode ring's d and k are f32 or the activations' dtype (`ring_dtype`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum replayssm_dtype {

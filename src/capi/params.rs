@@ -107,7 +107,8 @@ pub struct replayssm_recurrent_params {
     /// `REPLAYSSM_DTYPE_F32` (0): the f32 update. The activations' f16/bf16: each token's
     /// corrected delta `u` and key are rounded to it before the rank-1 update, as a decode ring
     /// of that dtype holds them, so the state is the one `replayssm_decode` with such a ring
-    /// flushes, bit for bit. (ABI 3 had it reserved, 0.)
+    /// flushes, bit for bit. (Reserved and required to be 0 before this field existed: an older
+    /// library refuses a nonzero value with `reserved = …: it must be 0`.)
     pub record_dtype: i32,
 }
 
@@ -179,7 +180,8 @@ pub struct replayssm_decode_params {
     /// `replayssm_dtype` of `ring_d` and `ring_k`: `REPLAYSSM_DTYPE_F32` (0), or the activations'
     /// f16/bf16 (records rounded to nearest even; the flush is then the state of
     /// `replayssm_recurrent` with `record_dtype` set alike). The materialise entry takes any.
-    /// (ABI 3 had it reserved, 0.)
+    /// (Reserved and required to be 0 before this field existed: an older library refuses a
+    /// nonzero value with `reserved = …: it must be 0`.)
     pub ring_dtype: i32,
 }
 

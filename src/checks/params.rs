@@ -141,6 +141,17 @@ fn aligned16<T>(reach: Reach, p: *const T, name: &str) -> Check {
     Ok(())
 }
 
+/// `p` is aligned to its `bytes`-byte elements (a misaligned element access faults on the GPU and
+/// is undefined on the host).
+fn element_aligned<T>(p: *const T, bytes: i64, name: &str) -> Check {
+    if !p.is_null() && (p as usize) % bytes as usize != 0 {
+        return Err(bad(format!(
+            "{name} ({p:p}) is not aligned to its {bytes}-byte elements"
+        )));
+    }
+    Ok(())
+}
+
 /// Bytes spanned by `rows` rows `stride` elements apart, `row` elements each: the kernels index
 /// them with 64-bit offsets, so the span must not overflow (nor exceed what a pointer can reach).
 fn extent(name: &str, rows: i64, stride: i64, row: i64, elem_bytes: i64) -> Check {
@@ -446,6 +457,9 @@ fn decode_ring(p: &ffi::rssm_decode_params, reach: Reach, act: Option<i32>) -> C
     nonnull(p.ring_g, "ring_g")?;
     nonnull(p.positions, "positions (the cursor snapshot of this step)")?;
     aligned16(reach, p.ring_k, "ring_k")?;
+    element_aligned(p.ring_d, rec, "ring_d")?;
+    element_aligned(p.ring_k, rec, "ring_k")?;
+    element_aligned(p.ring_g, 4, "ring_g")?;
     if reach.host_indices {
         // SAFETY: the documented extents of slots and positions, [batch] each.
         let (slots, pos) = unsafe {

@@ -6,7 +6,7 @@
 //! [`decode`] runs once per layer, [`DecodeRing::finish_step`] advances the cursors (outside any
 //! captured graph). [`materialize`] folds a slot's pending records into its checkpoint.
 //!
-//! The ring keeps the corrected delta `u` and the normalised key in f32, and the kernel rebuilds
+//! An f32 ring keeps the corrected delta `u` and the normalised key exactly, and the kernel rebuilds
 //! `S_{t-1}` with the same float operations as kernel R, so outputs and flushed checkpoints are
 //! bit-identical to R on the same backend for every cache length. A ring of f16/bf16 records
 //! ([`DecodeRing::attach_with_records`], the activations' dtype) holds `u` and `k^` rounded, and

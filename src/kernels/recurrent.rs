@@ -87,7 +87,7 @@ pub fn recurrent(backend: Backend, inp: &RecurrentInputs<'_>, out: &mut Recurren
 /// f32 is [`recurrent`] itself; the activations' f16/bf16 rounds each token's corrected delta `u`
 /// and key to it before the rank-1 update, so the state and outputs are those of kernel D with a
 /// ring of that dtype ([`crate::DecodeRing::attach_with_records`]), bit for bit on the same
-/// backend. The Reference backend runs the f32 update only.
+/// backend.
 pub fn recurrent_with_records(
     backend: Backend,
     inp: &RecurrentInputs<'_>,
@@ -97,14 +97,7 @@ pub fn recurrent_with_records(
     let plan = validate(backend, inp, out)?;
     crate::checks::params::record_dtype("record_dtype", records.to_ffi(), Some(inp.q.dtype().to_ffi()))?;
     match backend {
-        Backend::Reference if records != DType::F32 => {
-            return Err(Error::Unsupported {
-                backend,
-                what: format!("kernel R with {} records", records.name()),
-                why: "the Reference backend runs the f32 update only (use Emulated or Cuda)".into(),
-            })
-        }
-        Backend::Reference => recurrent_reference(inp, &plan, out),
+        Backend::Reference => recurrent_reference(inp, &plan, out, records),
         Backend::Emulated | Backend::Cuda => {
             on_host(backend, "recurrent", |exec| run_kernel(exec, inp, &plan, out, records))?
         }
@@ -180,9 +173,14 @@ pub fn default_scale(k: usize) -> f32 {
 }
 
 /// The `Reference` backend: f32 maths, results stored like a kernel stores them.
-fn recurrent_reference(inp: &RecurrentInputs<'_>, plan: &RecurrentPlan, out: &mut RecurrentOutputs<'_>) {
+fn recurrent_reference(
+    inp: &RecurrentInputs<'_>,
+    plan: &RecurrentPlan,
+    out: &mut RecurrentOutputs<'_>,
+    records: DType,
+) {
     let d = inp.dims;
-    let res = reference::recurrent::<f32>(inp, out.state);
+    let res = reference::recurrent_with_records::<f32>(inp, out.state, records);
     let row = d.hv * d.v;
     for tok in 0..plan.num_tokens {
         for i in 0..row {

@@ -75,7 +75,7 @@ impl DecodeStep {
 /// ring's record dtype ([`DecodeRing::record_dtype`]: f32, or f16/bf16 rounded to nearest even as
 /// SGLang's bf16 rings are), `g [NL, NS, HV, L]` (KDA `[.., K]`) f32, and one cursor per slot,
 /// in the pool's memory. An f32 ring's flush is kernel R's state bit for bit; an f16/bf16 ring's
-/// is the state of R run with the same record dtype (`RecurrentOutputs::record_dtype`).
+/// is the state of R run with the same record dtype ([`crate::recurrent_with_records`]).
 /// On the host the cursor protocol is [`DecodeRing::begin_step`] / [`DecodeRing::finish_step`];
 /// on the device the cursors stay there and the stream's `decode_snapshot` / `decode_advance`
 /// move them (a captured graph replays the whole step with no host round trip).
@@ -300,8 +300,8 @@ impl DecodeRing<Device> {
                 ),
             });
         }
-        host.d = self.d.to_host(stream)?;
-        host.k = self.k.to_host(stream)?;
+        self.d.download(stream, &mut host.d)?;
+        self.k.download(stream, &mut host.k)?;
         self.g.download(stream, &mut host.g)?;
         let before = host.write_pos.clone();
         self.write_pos.download(stream, &mut host.write_pos)?;

@@ -469,8 +469,12 @@ fn state_width(p: &Point) -> u32 {
     (4 * (p.shape.dims.k / 32).min(4)) as u32
 }
 
+/// The kernels whose fourth template argument is the decode ring's record type.
+const RECORD_FAMILIES: [&str; 3] = ["recurrent_kernel", "decode_kernel", "decode_prefetch_kernel"];
+
 /// The compiled instance of `kn` at `p` (template arguments: elements per lane, activation type,
-/// KDA, and the prefetch flag where the implementation is one).
+/// KDA, and the prefetch flag where the implementation is one; for R and D the fourth is the
+/// record type, and the model runs the f32-record form the shipped defaults serve).
 fn function_of<'a>(functions: &'a [Function], kn: &Kernel, p: &Point) -> Option<&'a Function> {
     fn arg(f: &Function, i: usize) -> Option<&str> {
         f.args.get(i).map(String::as_str)
@@ -494,6 +498,7 @@ fn function_of<'a>(functions: &'a [Function], kn: &Kernel, p: &Point) -> Option<
             && kn
                 .prefetch_arg
                 .is_none_or(|b| arg(f, 3) == Some(if b { "true" } else { "false" }))
+            && (!RECORD_FAMILIES.contains(&kn.family) || arg(f, 3) == Some("float"))
     })
 }
 
